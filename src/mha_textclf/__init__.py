@@ -1,0 +1,1 @@
+"""mha-textclf: compare multi-head attention implementations on a real text-classification task."""
