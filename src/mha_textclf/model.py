@@ -1,0 +1,118 @@
+"""The classifier: Embedding → (+ sinusoidal PE) → multi-head self-attention → [CLS] vector → MLP."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from mha_textclf.attention import build_attention
+from mha_textclf.errors import UserError
+
+CHECKPOINT_FORMAT = "mha-textclf/1"
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int  # from the tokenizer
+    n_classes: int  # from the data
+    attention: str = "efficient"  # naive | efficient | torch
+    d_model: int = 64
+    n_heads: int = 8
+    mlp_hidden: int = 128
+    bias: bool = True
+    dropout: float = 0.0  # on the attention weights
+    pe: bool = False
+    max_length: int = 512  # longest input the positional encoding covers
+    pad_id: int = 0
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """PE[t, 2i] = sin(t / 10000^(2i/C)), PE[t, 2i+1] = cos(t / 10000^(2i/C)) (Vaswani et al., 2017), added to x.
+
+    Without it attention is permutation-invariant: a bag of tokens. Each position gets a unique pattern of
+    sinusoids whose wavelengths range from 2π to 10000·2π, so relative offsets are linear functions of it.
+    """
+
+    def __init__(self, max_length: int, d_model: int):
+        super().__init__()
+        if d_model % 2:
+            raise ValueError(f"Sinusoidal positional encoding pairs dimensions as (sin, cos): d_model={d_model} "
+                             "must be even.")
+        position = torch.arange(max_length, dtype=torch.float32)[:, None]  # (T, 1)
+        inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_length, d_model)  # (T, C)
+        pe[:, 0::2] = torch.sin(position * inv_freq)  # (T, 1) * (C/2,) -> (T, C/2)
+        pe[:, 1::2] = torch.cos(position * inv_freq)
+        # A function of the config, not learned: recomputed on load rather than stored in checkpoints.
+        self.register_buffer("pe", pe, persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        T = x.size(1)
+        if self.pe.size(0) < T:
+            raise ValueError(f"Sequence of {T} tokens is longer than the positional encoding ({self.pe.size(0)}); "
+                             "raise data.max_length.")
+        return x + self.pe[:T]  # (B, T, C) + (T, C)
+
+
+class TextClassifier(nn.Module):
+    """Embedding → (+PE) → one multi-head self-attention layer → the [CLS] position's vector → MLP → logits."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        C = config.d_model
+        self.embedding = nn.Embedding(config.vocab_size, C, padding_idx=config.pad_id)
+        self.positional = SinusoidalPositionalEncoding(config.max_length, C) if config.pe else None
+        self.attention = build_attention(config.attention, C, config.n_heads, bias=config.bias,
+                                         dropout=config.dropout)
+        self.classifier = nn.Sequential(
+            nn.Linear(C, config.mlp_hidden), nn.ReLU(), nn.Linear(config.mlp_hidden, config.n_classes)
+        )
+
+    def forward(self, input_ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """Logits (B, n_classes) for token ids (B, T); padding_mask (B, T) is True at padding."""
+        return self.forward_with_weights(input_ids, padding_mask, need_weights=False)[0]
+
+    def forward_with_weights(self, input_ids: Tensor, padding_mask: Tensor | None = None,
+                             need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Logits and, when asked, the attention weights (B, nh, T, T)."""
+        x = self.embedding(input_ids)  # (B, T, C)
+        if self.positional is not None:
+            x = self.positional(x)
+        # Self-attention with a key-padding mask: no token, [CLS] included, may attend to padding.
+        y, weights = self.attention(x, x, x, key_padding_mask=padding_mask, need_weights=need_weights)  # (B, T, C)
+        # [CLS] sits at position 0 of every sequence: its attention output summarises the text.
+        return self.classifier(y[:, 0]), weights  # (B, C) -> (B, n_classes)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def save_checkpoint(path: str | Path, model: TextClassifier, class_names: list[str]) -> None:
+    """Weights plus everything needed to rebuild the model: plain types and tensors only (loads with weights_only)."""
+    torch.save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": list(class_names),
+                "state_dict": model.state_dict()}, path)
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[TextClassifier, list[str]]:
+    """Rebuild a model saved by `save_checkpoint`, on `device`, in eval mode. Never unpickles arbitrary objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"No checkpoint at {path}; pass the folder of a finished training run.")
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:
+        raise UserError(f"{path} is not a checkpoint this project can load safely ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0]}).") from e
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(f"{path} is not an mha-textclf checkpoint (expected format {CHECKPOINT_FORMAT!r}).")
+    model = TextClassifier(ModelConfig(**checkpoint["model_config"]))
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as e:
+        raise UserError(f"The weights in {path} do not match its own model config: {e}") from e
+    return model.to(device).eval(), checkpoint["class_names"]
