@@ -1,0 +1,50 @@
+"""Shared fixtures: where the real data and the MiniLM tokenizer copy live, and a private tokenizer cache."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO / "configs"
+DATA_DIR = Path(os.environ.get("BBC_NEWS_PATH", REPO.parent / "shared" / "data" / "bbc-news"))
+MINILM_DIR = REPO.parent / "shared" / "tokenizers" / "all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA_DIR / "train.jsonl").is_file():
+        pytest.skip(f"bbc-news not found at {DATA_DIR}; set BBC_NEWS_PATH to a local copy")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    if not (MINILM_DIR / "tokenizer.json").is_file():
+        pytest.skip(f"all-MiniLM-L6-v2 tokenizer not found at {MINILM_DIR}")
+    return MINILM_DIR
+
+
+@pytest.fixture(scope="session")
+def train_texts(data_dir) -> list[str]:
+    from mha_textclf.data import load_corpus
+
+    return load_corpus(str(data_dir), val_fraction=0.25, seed=0).train.texts
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tokenizer_cache(tmp_path_factory) -> Path:
+    """Every test (and every subprocess it starts) caches tokenizers here, never in the user's home."""
+    cache = tmp_path_factory.mktemp("tokenizer-cache")
+    os.environ["MHA_TEXTCLF_CACHE"] = str(cache)
+    return cache
+
+
+def write_jsonl(folder: Path, rows_by_split: dict[str, list[dict]]) -> Path:
+    """A tiny local dataset folder in the bbc-news layout (train.jsonl, test.jsonl)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, rows in rows_by_split.items():
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder

@@ -1,0 +1,180 @@
+"""The three MHA variants compute one function: checked against a plain reference written here, not in the library."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mha_textclf.attention import VARIANTS, build_attention
+
+TOL = 1e-5
+SHAPES = [(1, 8), (2, 16), (4, 32), (8, 64)]  # (n_heads, d_model), one head included
+
+
+def reference_mha(query, key, value, key_padding_mask, P, n_heads, weights=None):
+    """Textbook multi-head attention from the canonical parameters, einsum only. `weights` replaces the softmax."""
+    B, Tq, C = query.shape
+    hs = C // n_heads
+
+    def project(x, name):
+        y = x @ P[f"W_{name}"].T + P.get(f"b_{name}", 0)
+        return y.view(B, x.size(1), n_heads, hs)  # (B, T, nh, hs)
+
+    q, k, v = project(query, "q"), project(key, "k"), project(value, "v")
+    if weights is None:
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hs)
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        weights = scores.softmax(dim=-1)
+    y = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, Tq, C)
+    return y @ P["W_o"].T + P.get("b_o", 0), weights
+
+
+def random_padding(B, Tk, generator):
+    """Random key-padding mask (True = padding) that keeps at least one real key per row."""
+    lengths = torch.randint(1, Tk + 1, (B,), generator=generator)
+    return torch.arange(Tk)[None, :] >= lengths[:, None]
+
+
+def make_inputs(B, Tq, Tk, C, cross, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    query = torch.randn(B, Tq, C, generator=g)
+    if cross:
+        key, value = torch.randn(B, Tk, C, generator=g), torch.randn(B, Tk, C, generator=g)
+    else:
+        key = value = query
+    return query, key, value, random_padding(B, Tk, g)
+
+
+def build(variant, n_heads, C, bias, dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    return build_attention(variant, C, n_heads, bias=bias, dropout=dropout)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize(("n_heads", "C"), SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
+def test_outputs_and_gradients_match_the_reference(variant, n_heads, C, bias, cross):
+    B, Tq, Tk = 3, 7, (11 if cross else 7)
+    query, key, value, mask = make_inputs(B, Tq, Tk, C, cross)
+    attention = build(variant, n_heads, C, bias)
+    # Random upstream gradient so that every output element matters.
+    upstream = torch.randn(B, Tq, C, generator=torch.Generator().manual_seed(1))
+
+    inputs = [t.clone().requires_grad_() for t in (query, key, value)]
+    if not cross:
+        inputs = [inputs[0]] * 3  # self-attention: one tensor, passed three times
+    out, weights = attention(*inputs, key_padding_mask=mask, need_weights=True)
+    (out * upstream).sum().backward()
+
+    P = {name: p.detach().clone().requires_grad_() for name, p in attention.projections().items()}
+    ref_inputs = [t.clone().requires_grad_() for t in (query, key, value)]
+    if not cross:
+        ref_inputs = [ref_inputs[0]] * 3
+    ref_out, ref_weights = reference_mha(*ref_inputs, mask, P, n_heads)
+    (ref_out * upstream).sum().backward()
+
+    torch.testing.assert_close(out, ref_out, atol=TOL, rtol=TOL)
+    torch.testing.assert_close(weights, ref_weights, atol=TOL, rtol=TOL)
+    assert weights.shape == (B, n_heads, Tq, Tk)
+    assert (weights.masked_select(mask[:, None, None, :].expand_as(weights)) == 0).all()  # exactly zero on padding
+    for got, want in zip(inputs, ref_inputs, strict=True):
+        torch.testing.assert_close(got.grad, want.grad, atol=TOL, rtol=TOL)
+    grads = attention.projection_grads()
+    expected = {"W_q", "W_k", "W_v", "W_o"} | ({"b_q", "b_k", "b_v", "b_o"} if bias else set())
+    assert grads.keys() == P.keys() == expected
+    for name, p in P.items():
+        torch.testing.assert_close(grads[name], p.grad, atol=TOL, rtol=TOL, msg=f"gradient of {name}")
+
+
+@pytest.mark.parametrize(("n_heads", "C"), SHAPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_same_seed_same_weights_same_parameter_count(n_heads, C, bias):
+    built = {v: build(v, n_heads, C, bias, seed=3) for v in VARIANTS}
+    counts = {v: sum(p.numel() for p in m.parameters()) for v, m in built.items()}
+    assert len(set(counts.values())) == 1
+    assert counts["naive"] == 4 * C * C + (4 * C if bias else 0)
+    reference = built["torch"].projections()
+    for variant, module in built.items():
+        for name, tensor in module.projections().items():
+            assert torch.equal(tensor, reference[name]), f"{variant}.{name}"
+    # ...and building any variant advances the global RNG by the same amount (layers built after it match too).
+    after = set()
+    for variant in VARIANTS:
+        build(variant, n_heads, C, bias, seed=3)
+        after.add(torch.rand(1).item())
+    assert len(after) == 1
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
+def test_sdpa_path_matches_explicit_path(cross):
+    query, key, value, mask = make_inputs(4, 9, 13 if cross else 9, 32, cross)
+    attention = build("efficient", 4, 32, bias=True)
+    fast, none = attention(query, key, value, key_padding_mask=mask, need_weights=False)
+    explicit, weights = attention(query, key, value, key_padding_mask=mask, need_weights=True)
+    assert none is None and weights is not None
+    torch.testing.assert_close(fast, explicit, atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_appending_padding_changes_no_real_output(variant, need_weights):
+    B, T, C, extra = 3, 6, 16, 5
+    x, _, _, mask = make_inputs(B, T, T, C, cross=False)
+    attention = build(variant, 4, C, bias=True).eval()
+    out, _ = attention(x, x, x, key_padding_mask=mask, need_weights=need_weights)
+    padded = torch.cat([x, 100 * torch.randn(B, extra, C)], dim=1)  # garbage where the padding is
+    padded_mask = torch.cat([mask, torch.ones(B, extra, dtype=torch.bool)], dim=1)
+    padded_out, _ = attention(padded, padded, padded, key_padding_mask=padded_mask, need_weights=need_weights)
+    torch.testing.assert_close(padded_out[:, :T], out, atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_dropout_acts_on_attention_weights(variant):
+    B, T, C, n_heads = 2, 16, 16, 2
+    x, _, _, mask = make_inputs(B, T, T, C, cross=False)
+    attention = build(variant, n_heads, C, bias=True, dropout=0.5)
+
+    attention.eval()
+    eval_out, eval_weights = attention(x, x, x, key_padding_mask=mask, need_weights=True)
+    again, _ = attention(x, x, x, key_padding_mask=mask)
+    torch.testing.assert_close(again, eval_out, atol=TOL, rtol=TOL)  # eval is deterministic, and no dropout
+
+    attention.train()
+    torch.manual_seed(0)
+    train_out, train_weights = attention(x, x, x, key_padding_mask=mask, need_weights=True)
+    assert not torch.allclose(train_out, eval_out, atol=1e-3)
+    # The returned weights are the eval weights with links dropped (exact zeros) and the rest scaled by 1/(1-p)...
+    kept = train_weights != 0
+    assert (~kept & (eval_weights > 0)).any()
+    torch.testing.assert_close(train_weights[kept], eval_weights[kept] * 2, atol=TOL, rtol=TOL)
+    # ...and they are the weights the output was computed with: dropout sits on the attention weights.
+    P = {name: p.detach() for name, p in attention.projections().items()}
+    recomputed, _ = reference_mha(x, x, x, mask, P, n_heads, weights=train_weights)
+    torch.testing.assert_close(train_out, recomputed, atol=TOL, rtol=TOL)
+    # The fast path (no weights requested) drops links too.
+    torch.manual_seed(1)
+    fast_train, _ = attention(x, x, x, key_padding_mask=mask)
+    assert not torch.allclose(fast_train, eval_out, atol=1e-3)
+
+
+def test_indivisible_heads_are_refused():
+    for variant in VARIANTS:
+        with pytest.raises(ValueError, match="not divisible"):
+            build_attention(variant, 30, 4)
+
+
+def test_unknown_variant_lists_the_choices():
+    with pytest.raises(ValueError, match="efficient"):
+        build_attention("flash", 16, 2)
+
+
+def test_torch_variant_wraps_nn_multihead_attention():
+    attention = build("torch", 4, 16, bias=True)
+    assert isinstance(attention.mha, torch.nn.MultiheadAttention) and attention.mha.batch_first
+    x = torch.randn(2, 5, 16)
+    ours, _ = attention(x, x, x)
+    theirs, _ = attention.mha(x, x, x)  # torch's own defaults (need_weights=True): same output
+    torch.testing.assert_close(ours, theirs, atol=TOL, rtol=TOL)
+    assert F.scaled_dot_product_attention is not None

@@ -1,0 +1,88 @@
+"""Loading (real data and local folders), the validation split, subsampling, batching with padding masks."""
+
+from collections import Counter
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import write_jsonl
+from mha_textclf.data import collate, load_corpus, make_loader
+from mha_textclf.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir):
+    return load_corpus(str(data_dir), val_fraction=0.25, seed=0)
+
+
+def test_real_splits_and_class_names_from_the_data(corpus):
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (918, 307, 1000)
+    # Names come from label_text, ordered by label id (the dataset's README: 0=tech ... 4=politics).
+    assert corpus.class_names == ["tech", "business", "sport", "entertainment", "politics"]
+    assert Counter(corpus.test.labels) == {0: 189, 1: 224, 2: 236, 3: 176, 4: 175}
+
+
+def test_validation_split_is_stratified_disjoint_and_seeded(data_dir, corpus):
+    train_share = {c: n / len(corpus.train) for c, n in Counter(corpus.train.labels).items()}
+    for c, n in Counter(corpus.val.labels).items():
+        assert abs(n / len(corpus.val) - train_share[c]) < 0.01
+    assert not set(corpus.train.texts) & set(corpus.val.texts) - set(
+        t for t, n in Counter(corpus.train.texts + corpus.val.texts).items() if n > 1)  # only true duplicates shared
+    assert load_corpus(str(data_dir), 0.25, seed=0).val.texts == corpus.val.texts
+    assert load_corpus(str(data_dir), 0.25, seed=1).val.texts != corpus.val.texts
+
+
+def test_max_train_samples_shrinks_eval_in_proportion(data_dir):
+    small = load_corpus(str(data_dir), 0.25, seed=0, max_train_samples=92)
+    assert (len(small.train), len(small.val), len(small.test)) == (92, 31, 101)
+    capped = load_corpus(str(data_dir), 0.25, seed=0, max_train_samples=92, max_eval_samples=10)
+    assert (len(capped.train), len(capped.val), len(capped.test)) == (92, 10, 10)
+
+
+def rows(n, labels=("a", "b")):
+    return [{"text": f"text number {i}", "label": i % len(labels), "label_text": labels[i % len(labels)]}
+            for i in range(n)]
+
+
+def test_local_csv_folder_and_class_names(tmp_path):
+    for split, n in (("train", 20), ("test", 6)):
+        pd.DataFrame(rows(n, ("neg", "pos"))).to_csv(tmp_path / f"{split}.csv", index=False)
+    corpus = load_corpus(str(tmp_path), 0.25, seed=0)
+    assert corpus.class_names == ["neg", "pos"]
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (15, 5, 6)
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda r: [{"text": x["text"]} for x in r], "lacks column"),
+    (lambda r: [x | {"label": "pos"} for x in r], "non-integer labels"),
+    (lambda r: [x | {"label": 0} for x in r], "single class"),
+])
+def test_bad_local_data_is_a_clear_error(tmp_path, mutate, message):
+    write_jsonl(tmp_path, {"train": mutate(rows(20)), "test": mutate(rows(4))})
+    with pytest.raises(UserError, match=message):
+        load_corpus(str(tmp_path), 0.25, seed=0)
+
+
+def test_missing_folder_and_missing_files_are_clear_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_corpus(str(tmp_path / "nowhere"), 0.25, seed=0)
+    with pytest.raises(UserError, match="no train and test files"):
+        load_corpus(str(tmp_path), 0.25, seed=0)
+
+
+def test_collate_pads_dynamically_and_marks_padding():
+    batch = collate([([2, 7, 8, 3], 1), ([2, 9, 3], 0)], pad_id=0)
+    assert batch["input_ids"].tolist() == [[2, 7, 8, 3], [2, 9, 3, 0]]
+    assert batch["padding_mask"].tolist() == [[False] * 4, [False, False, False, True]]
+    assert batch["labels"].tolist() == [1, 0]
+
+
+def test_loader_order_is_a_function_of_the_seed():
+    ids, labels = [[2, i, 3] for i in range(40)], list(range(40))
+
+    def order(seed):
+        return torch.cat([b["labels"] for b in make_loader(ids, labels, 8, 0, shuffle=True, seed=seed)]).tolist()
+
+    assert order(0) == order(0) != order(1)
+    assert sorted(order(0)) == labels

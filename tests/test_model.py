@@ -1,0 +1,107 @@
+"""The classifier: shapes, padding invariance, what positional encoding changes, identical init across variants."""
+
+import pytest
+import torch
+
+from mha_textclf.attention import VARIANTS
+from mha_textclf.errors import UserError
+from mha_textclf.model import (
+    ModelConfig,
+    SinusoidalPositionalEncoding,
+    TextClassifier,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+CLS, SEP, PAD = 2, 3, 0
+
+
+def build(variant="efficient", pe=False, seed=0, **overrides):
+    torch.manual_seed(seed)
+    return TextClassifier(ModelConfig(vocab_size=50, n_classes=5, attention=variant, d_model=16, n_heads=4,
+                                      mlp_hidden=32, pe=pe, max_length=32, **overrides)).eval()
+
+
+def batch(lengths, T=None, seed=0):
+    """[CLS] random tokens [SEP] then padding; returns ids (B, T) and the padding mask."""
+    g = torch.Generator().manual_seed(seed)
+    T = T or max(lengths)
+    ids = torch.full((len(lengths), T), PAD)
+    for row, n in enumerate(lengths):
+        words = torch.randint(5, 50, (n - 2,), generator=g)
+        ids[row, :n] = torch.cat([torch.tensor([CLS]), words, torch.tensor([SEP])])
+    return ids, ids == PAD
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("pe", [False, True])
+def test_logits_shape_and_padding_invariance(variant, pe):
+    model = build(variant, pe)
+    ids, mask = batch([9, 5, 12])
+    logits = model(ids, mask)
+    assert logits.shape == (3, 5)
+    more_ids, more_mask = batch([9, 5, 12], T=20)  # same texts, 8 more padding positions
+    torch.testing.assert_close(model(more_ids, more_mask), logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_word_order_matters_only_with_positional_encoding(variant):
+    ids, mask = batch([10])
+    shuffled = ids.clone()
+    shuffled[0, 1:9] = ids[0, 1:9].flip(0)  # reverse the words, keep [CLS] and [SEP] in place
+    bag = build(variant, pe=False)
+    torch.testing.assert_close(bag(shuffled, mask), bag(ids, mask), atol=1e-5, rtol=1e-5)
+    ordered = build(variant, pe=True)
+    assert not torch.allclose(ordered(shuffled, mask), ordered(ids, mask), atol=1e-4)
+
+
+def test_same_seed_gives_the_same_model_in_every_variant():
+    models = {v: build(v, pe=True, seed=7) for v in VARIANTS}
+    ids, mask = batch([9, 5, 12])
+    reference = models["efficient"]
+    for variant, model in models.items():
+        assert torch.equal(model.embedding.weight, reference.embedding.weight)
+        for a, b in zip(model.classifier.parameters(), reference.classifier.parameters(), strict=True):
+            assert torch.equal(a, b), variant
+        assert model.num_parameters() == reference.num_parameters()
+        torch.testing.assert_close(model(ids, mask), reference(ids, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_padding_embedding_is_zero_and_untrained():
+    model = build().train()
+    assert model.embedding.weight[PAD].abs().sum() == 0
+    ids, mask = batch([9, 5])
+    model(ids, mask).sum().backward()
+    assert model.embedding.weight.grad[PAD].abs().sum() == 0
+
+
+def test_positional_encoding_follows_the_formula_and_max_length():
+    pe = SinusoidalPositionalEncoding(max_length=40, d_model=8).pe
+    assert pe.shape == (40, 8)
+    t, i = 7, 2  # dimension pair (2i, 2i+1) = (4, 5)
+    torch.testing.assert_close(pe[t, 2 * i], torch.sin(torch.tensor(t / 10000 ** (2 * i / 8))))
+    torch.testing.assert_close(pe[t, 2 * i + 1], torch.cos(torch.tensor(t / 10000 ** (2 * i / 8))))
+    with pytest.raises(ValueError, match="max_length"):
+        build(pe=True)(*batch([40]))
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = build("naive", pe=True)
+    save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
+    loaded, names = load_checkpoint(tmp_path / "model.pt")
+    ids, mask = batch([9, 5, 12])
+    assert names == ["a", "b", "c", "d", "e"] and loaded.config == model.config
+    torch.testing.assert_close(loaded(ids, mask), model(ids, mask))
+
+
+class Payload:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
+    path = tmp_path / "model.pt"
+    torch.save({"format": "mha-textclf/1", "payload": Payload()}, path)
+    with pytest.raises(UserError, match="not a checkpoint this project can load safely"):
+        load_checkpoint(path)
+    assert "must never run" not in capsys.readouterr().out

@@ -1,0 +1,99 @@
+"""End to end through the real CLI: one run checks the run-folder contract, one multirun compares the variants."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from mha_textclf.model import load_checkpoint
+from mha_textclf.tokenizer import load_tokenizer
+
+SMOKE = ["data.max_train_samples=48", "trainer.epochs=2", "trainer.batch_size=16"]
+CONTRACT = [".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "history.csv", "loss_curve.png",
+            "classification_report_val.txt", "classification_report_val.json", "classification_report_test.txt",
+            "classification_report_test.json", "confusion_matrix_val.png", "confusion_matrix_test.png",
+            "metrics.json", "model.pt", "tokenizer/tokenizer.json"]
+
+
+def run_train(*overrides: str, data_dir: Path) -> subprocess.CompletedProcess:
+    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
+    # From the repo root, as users run it; outputs go to the tmp folders the overrides name.
+    return subprocess.run([sys.executable, "-m", "train", *overrides], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def history(run_dir: Path) -> list[dict]:
+    with (run_dir / "history.csv").open() as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+@pytest.mark.slow
+def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_train("model=efficient", "pe=true", *SMOKE, f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    missing = [name for name in CONTRACT if not (run_dir / name).is_file()]
+    assert not missing, f"missing from the run folder: {missing}"
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["model"] == "efficient" and metrics["pe"] is True and metrics["seed"] == 0
+    assert metrics["device"] == "cpu" and metrics["epochs"] == 2 and len(metrics["epoch_seconds"]) == 2
+    assert metrics["class_names"] == ["tech", "business", "sport", "entertainment", "politics"]
+    for split, n in (("val", 17), ("test", 53)):
+        assert set(metrics[split]) == {"accuracy", "macro_f1", "loss", "n_samples"}
+        assert metrics[split]["n_samples"] == n and 0 <= metrics[split]["accuracy"] <= 1
+    assert metrics["train_seconds"] > 0 and metrics["tokens_per_second"] > 0
+    assert {"torch", "transformers", "tokenizers", "python"} <= set(metrics["versions"])
+
+    rows = history(run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2]
+    assert rows[-1]["val_accuracy"] == pytest.approx(metrics["val"]["accuracy"])
+    report = json.loads((run_dir / "classification_report_test.json").read_text())
+    assert set(metrics["class_names"]) <= set(report)  # class names, not ids
+    assert "epoch 2/2" in (run_dir / "train.log").read_text()
+
+    model, class_names = load_checkpoint(run_dir / "model.pt")
+    assert model.config.attention == "efficient" and model.config.pe and class_names == metrics["class_names"]
+    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length=512)
+    assert len(tokenizer) == model.config.vocab_size == metrics["vocab_size"]
+    assert model.num_parameters() == metrics["params"]
+
+
+@pytest.mark.slow
+def test_multirun_variants_agree(data_dir, tmp_path):
+    """Same seed, three variants, with and without PE: the same training trajectory (issue: one function)."""
+    sweep = tmp_path / "sweep"
+    result = run_train("-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, f"hydra.sweep.dir={sweep}",
+                       data_dir=data_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
+    assert sorted(int(name.split("_")[0]) for name in jobs) == list(range(6))  # one folder per job, numbered
+
+    def job(model: str, pe: str) -> Path:
+        (name,) = [n for n in jobs if f"model={model}," in n and f"pe={pe}," in n]
+        return jobs[name]
+
+    for pe in ("False", "True"):
+        runs = {m: job(m, pe) for m in ("naive", "efficient", "torch")}
+        histories = {m: history(d) for m, d in runs.items()}
+        metrics = {m: json.loads((d / "metrics.json").read_text()) for m, d in runs.items()}
+        assert len(histories["efficient"]) == 2
+        for m in ("naive", "torch"):
+            for mine, theirs in zip(histories[m], histories["efficient"], strict=True):
+                for column in ("train_loss", "val_loss"):
+                    assert mine[column] == pytest.approx(theirs[column], rel=1e-4), (m, pe, column)
+            assert metrics[m]["val"]["accuracy"] == pytest.approx(metrics["efficient"]["val"]["accuracy"], abs=1e-9)
+            assert metrics[m]["params"] == metrics["efficient"]["params"]
+
+
+@pytest.mark.slow
+def test_invalid_config_fails_early_with_a_clear_message(data_dir, tmp_path):
+    result = run_train("model.n_heads=5", f"hydra.run.dir={tmp_path / 'bad'}", data_dir=data_dir)
+    assert result.returncode != 0
+    assert "model.d_model=64 is not divisible by model.n_heads=5" in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
