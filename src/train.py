@@ -21,8 +21,17 @@ from omegaconf import DictConfig
 
 from mha_textclf.data import load_corpus, make_loader
 from mha_textclf.errors import UserError
+from mha_textclf.inference import attention_map, order_probe
 from mha_textclf.model import ModelConfig, TextClassifier, save_checkpoint
-from mha_textclf.reports import append_history, library_versions, plot_loss_curve, split_report, write_metrics
+from mha_textclf.reports import (
+    append_history,
+    library_versions,
+    plot_attention,
+    plot_loss_curve,
+    slug,
+    split_report,
+    write_json,
+)
 from mha_textclf.tokenizer import encode, get_tokenizer
 from mha_textclf.training import evaluate, fit, resolve_device, seed_everything
 
@@ -112,7 +121,15 @@ def train(cfg: DictConfig, run_dir: Path) -> float:
         "class_names": corpus.class_names, "vocab_size": model_config.vocab_size,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": library_versions(),
     }
-    write_metrics(run_dir / "metrics.json", metrics)
+    write_json(run_dir / "metrics.json", metrics)
+
+    # Probes: what the heads attend to, and whether word order changes the prediction (it cannot without PE).
+    for text in cfg.probes.attention:
+        tokens, weights = attention_map(model, tokenizer, text)
+        plot_attention(tokens, weights, title=f"{title}: {text!r}").savefig(run_dir / f"attention_{slug(text)}.png")
+    probe = order_probe(model, tokenizer, corpus.class_names, list(cfg.probes.order))
+    write_json(run_dir / "order_probe.json", probe)
+    log.info(f"order probe {probe['texts']}: max |Δp| = {probe['max_abs_difference']:.3g}")
     log.info(f"val accuracy {metrics['val']['accuracy']:.4f}  test accuracy {metrics['test']['accuracy']:.4f}  "
              f"train {train_seconds:.1f}s  ->  {run_dir}")
     return metrics["val"]["accuracy"]

@@ -1,6 +1,8 @@
 """Shared fixtures: where the real data and the MiniLM tokenizer copy live, and a private tokenizer cache."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,14 @@ def write_jsonl(folder: Path, rows_by_split: dict[str, list[dict]]) -> Path:
     for split, rows in rows_by_split.items():
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
+
+
+def run_cli(module: str, *overrides: str, data_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m <module> <overrides>` from the repo root, as users run it."""
+    env = os.environ | ({"BBC_NEWS_PATH": str(data_dir)} if data_dir else {})
+    return subprocess.run([sys.executable, "-m", module, *overrides], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def run_train(*overrides: str, data_dir: Path) -> subprocess.CompletedProcess:
+    return run_cli("train", *overrides, data_dir=data_dir)

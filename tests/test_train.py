@@ -2,14 +2,11 @@
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import run_train
 from mha_textclf.model import load_checkpoint
 from mha_textclf.tokenizer import load_tokenizer
 
@@ -17,14 +14,8 @@ SMOKE = ["data.max_train_samples=48", "trainer.epochs=2", "trainer.batch_size=16
 CONTRACT = [".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "history.csv", "loss_curve.png",
             "classification_report_val.txt", "classification_report_val.json", "classification_report_test.txt",
             "classification_report_test.json", "confusion_matrix_val.png", "confusion_matrix_test.png",
-            "metrics.json", "model.pt", "tokenizer/tokenizer.json"]
-
-
-def run_train(*overrides: str, data_dir: Path) -> subprocess.CompletedProcess:
-    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
-    # From the repo root, as users run it; outputs go to the tmp folders the overrides name.
-    return subprocess.run([sys.executable, "-m", "train", *overrides], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
+            "metrics.json", "model.pt", "tokenizer/tokenizer.json", "attention_can_you_can_that.png",
+            "order_probe.json"]
 
 
 def history(run_dir: Path) -> list[dict]:

@@ -1,13 +1,17 @@
-"""What a run leaves behind: history.csv, metrics.json, classification reports, confusion matrices, loss curves."""
+"""What a run leaves behind: history.csv, metrics.json, classification reports, confusion matrices, loss curves,
+attention heatmaps."""
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import platform
+import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure  # the object API: no pyplot global state, no display backend needed
 from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classification_report, f1_score
 
@@ -63,8 +67,36 @@ def plot_loss_curve(history: list[dict], path: Path, title: str = "") -> None:
     fig.savefig(path, dpi=120)
 
 
-def write_metrics(path: Path, metrics: dict) -> None:
-    path.write_text(json.dumps(metrics, indent=2) + "\n")
+def plot_attention(tokens: list[str], weights: np.ndarray, title: str = "") -> Figure:
+    """One heatmap per head plus the mean over heads: rows are queries, columns the keys they attend to."""
+    panels = [(f"head {h}", w) for h, w in enumerate(weights)] + [("mean over heads", weights.mean(axis=0))]
+    cols = math.ceil(math.sqrt(len(panels)))
+    rows = math.ceil(len(panels) / cols)
+    side = 1.2 + 0.35 * len(tokens)
+    fig = Figure(figsize=(cols * side + 1, rows * side + 0.6), layout="constrained")
+    vmax = float(weights.max())  # one scale for every panel, so heads can be compared by colour
+    for i, (name, w) in enumerate(panels):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        image = ax.imshow(w, vmin=0, vmax=vmax, cmap="viridis")
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(tokens)), tokens, fontsize=8)
+        if i % cols == 0:
+            ax.set_ylabel("query")
+        if i >= len(panels) - cols:
+            ax.set_xlabel("key")
+    fig.colorbar(image, ax=fig.axes, shrink=0.6, label="attention weight")
+    fig.suptitle(title)
+    return fig
+
+
+def slug(text: str, max_length: int = 40) -> str:
+    """A file-name-safe version of `text`: `can you can that` -> `can_you_can_that`."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:max_length] or "empty"
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n")
 
 
 def library_versions() -> dict[str, str]:

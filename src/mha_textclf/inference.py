@@ -1,0 +1,84 @@
+"""Ask a trained model questions: class probabilities for new texts, attention maps, sensitivity to word order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mha_textclf.data import collate
+from mha_textclf.errors import UserError
+from mha_textclf.model import TextClassifier, load_checkpoint
+from mha_textclf.tokenizer import encode, load_tokenizer
+
+
+@dataclass
+class TrainedRun:
+    model: TextClassifier
+    tokenizer: object  # a transformers tokenizer
+    class_names: list[str]
+
+
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> TrainedRun:
+    """The model (eval mode, on `device`), tokenizer and class names a training run saved in its folder."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run_dir={run_dir} is not a folder; pass a run folder such as outputs/runs/<run>.")
+    model, class_names = load_checkpoint(run_dir / "model.pt", device)
+    tokenizer = load_tokenizer(run_dir / "tokenizer", model.config.max_length)
+    if len(tokenizer) != model.config.vocab_size:
+        raise UserError(f"{run_dir / 'tokenizer'} has {len(tokenizer)} tokens but {run_dir / 'model.pt'} was trained "
+                        f"with {model.config.vocab_size}; the two files come from different runs.")
+    return TrainedRun(model, tokenizer, class_names)
+
+
+@torch.no_grad()
+def predict_proba(model: TextClassifier, tokenizer, texts: list[str], batch_size: int = 64) -> np.ndarray:
+    """Class probabilities (N, n_classes), rows in the order of `texts`."""
+    empty = [i for i, text in enumerate(texts) if not text or not text.strip()]
+    if empty:
+        raise UserError(f"Text number(s) {[i + 1 for i in empty]} are empty; give at least one word per text.")
+    model.eval()
+    device = next(model.parameters()).device
+    ids = encode(tokenizer, texts, model.config.max_length)
+    probabilities = []
+    for start in range(0, len(ids), batch_size):
+        batch = collate([(seq, 0) for seq in ids[start : start + batch_size]], tokenizer.pad_token_id)
+        logits = model(batch["input_ids"].to(device), batch["padding_mask"].to(device))
+        probabilities.append(logits.float().softmax(dim=-1).cpu())
+    return torch.cat(probabilities).numpy()
+
+
+def probability_table(texts: list[str], probabilities: np.ndarray, class_names: list[str]) -> pd.DataFrame:
+    """One row per text: the text, one probability column per class name, the predicted class."""
+    table = pd.DataFrame(probabilities, columns=class_names)
+    table.insert(0, "text", texts)
+    table["predicted"] = [class_names[i] for i in probabilities.argmax(axis=1)]
+    return table
+
+
+@torch.no_grad()
+def attention_map(model: TextClassifier, tokenizer, text: str) -> tuple[list[str], np.ndarray]:
+    """The tokens of `text` ([CLS] ... [SEP]) and the attention weights of every head, (nh, T, T)."""
+    model.eval()
+    ids = torch.tensor(encode(tokenizer, [text], model.config.max_length), device=next(model.parameters()).device)
+    _, weights = model.forward_with_weights(ids, padding_mask=None, need_weights=True)
+    return tokenizer.convert_ids_to_tokens(ids[0].tolist()), weights[0].float().cpu().numpy()
+
+
+def order_probe(model: TextClassifier, tokenizer, class_names: list[str], texts: list[str]) -> dict:
+    """Class probabilities for texts that differ only in word order, and their largest difference.
+
+    Without positional encoding attention sees a bag of tokens, so the difference is 0 up to float rounding.
+    """
+    probabilities = predict_proba(model, tokenizer, texts)
+    return {
+        "texts": texts,
+        "pe": model.config.pe,
+        "probabilities": {t: dict(zip(class_names, map(float, p), strict=True)) for t, p in zip(texts, probabilities,
+                                                                                                  strict=True)},
+        "max_abs_difference": float(np.abs(probabilities - probabilities[0]).max()),
+    }

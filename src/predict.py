@@ -1,0 +1,60 @@
+"""Class probabilities for new texts from a trained run.
+
+    python -m predict run_dir=outputs/runs/<run> text='["how are you","you how are"]'
+    python -m predict run_dir=outputs/runs/<run> file=texts.txt out=predictions.csv
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import pandas as pd
+from omegaconf import DictConfig, ListConfig
+
+from mha_textclf.errors import UserError
+from mha_textclf.inference import load_run, predict_proba, probability_table
+from mha_textclf.training import resolve_device
+
+log = logging.getLogger("predict")
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="predict")
+def main(cfg: DictConfig) -> None:
+    """Print a table of text, probability per class and predicted class; optionally write it as CSV."""
+    try:
+        table = predict(cfg)
+    except UserError as e:
+        log.error(str(e))
+        sys.exit(2)
+    with pd.option_context("display.max_colwidth", 60, "display.width", 200, "display.float_format", "{:.4f}".format):
+        print(table.to_string(index=False))
+
+
+def read_texts(text, file) -> list[str]:
+    texts = [text] if isinstance(text, str) else list(text or [])
+    if file is not None:
+        path = Path(file).expanduser()
+        if not path.is_file():
+            raise UserError(f"file={file} does not exist; give a text file with one text per line.")
+        texts += [line for line in path.read_text().splitlines() if line.strip()]
+    if not texts:
+        raise UserError("Nothing to predict: give text='[\"first text\",\"second text\"]' or file=<path>.")
+    return texts
+
+
+def predict(cfg: DictConfig) -> pd.DataFrame:
+    text = list(cfg.text) if isinstance(cfg.text, ListConfig) else cfg.text
+    texts = read_texts(text, cfg.file)
+    run = load_run(cfg.run_dir, resolve_device(cfg.device))
+    table = probability_table(texts, predict_proba(run.model, run.tokenizer, texts), run.class_names)
+    if cfg.out is not None:
+        table.to_csv(cfg.out, index=False)
+        log.info(f"wrote {cfg.out}")
+    return table
+
+
+if __name__ == "__main__":
+    main()

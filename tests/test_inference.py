@@ -1,0 +1,139 @@
+"""Questions to a trained run: predict CLI, order sensitivity, attention heatmaps, safe loading."""
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import run_cli, run_train
+from mha_textclf.errors import UserError
+from mha_textclf.inference import attention_map, load_run, order_probe, predict_proba
+from mha_textclf.model import save_checkpoint
+from mha_textclf.reports import plot_attention
+from mha_textclf.tokenizer import encode
+
+PROBES = ["how are you", "you how are"]
+
+
+@pytest.fixture(scope="module")
+def runs(data_dir, tmp_path_factory):
+    """Two tiny trained runs, without and with positional encoding."""
+    folders = {}
+    for pe in (False, True):
+        folder = tmp_path_factory.mktemp(f"run-pe-{pe}")
+        result = run_train(f"pe={str(pe).lower()}", "data.max_train_samples=48", "trainer.epochs=1",
+                           f"hydra.run.dir={folder}", data_dir=data_dir)
+        assert result.returncode == 0, result.stderr[-3000:]
+        folders[pe] = folder
+    return folders
+
+
+@pytest.mark.slow
+def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path):
+    out = tmp_path / "predictions.csv"
+    result = run_cli("predict", f"run_dir={runs[True]}", f"text={json.dumps(PROBES)}", f"out={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = pd.read_csv(out)
+    run = load_run(runs[True])
+    assert list(table.columns) == ["text", *run.class_names, "predicted"]
+    assert table["text"].tolist() == PROBES
+    probabilities = table[run.class_names].to_numpy()
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1, atol=1e-5)
+    # The model's own forward pass, one text at a time (no padding involved).
+    for text, row in zip(PROBES, probabilities, strict=True):
+        ids = torch.tensor(encode(run.tokenizer, [text], 512))
+        with torch.no_grad():
+            expected = run.model(ids).softmax(-1)[0].numpy()
+        np.testing.assert_allclose(row, expected, atol=1e-6)
+    assert table["predicted"].tolist() == [run.class_names[i] for i in probabilities.argmax(axis=1)]
+    for text in PROBES:
+        assert text in result.stdout
+
+
+@pytest.mark.slow
+def test_predict_reads_a_file(runs, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the minister said\n\nthe striker scored twice\n")
+    out = tmp_path / "out.csv"
+    result = run_cli("predict", f"run_dir={runs[False]}", f"file={texts}", f"out={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert pd.read_csv(out)["text"].tolist() == ["the minister said", "the striker scored twice"]
+
+
+@pytest.mark.slow
+def test_word_order_changes_probabilities_only_with_pe(runs):
+    without, with_pe = (json.loads((runs[pe] / "order_probe.json").read_text()) for pe in (False, True))
+    assert without["texts"] == with_pe["texts"] == PROBES
+    assert without["max_abs_difference"] < 1e-6  # a bag of tokens: same up to float rounding
+    assert with_pe["max_abs_difference"] > 1e-5
+    for pe, probe in ((False, without), (True, with_pe)):
+        run = load_run(runs[pe])
+        assert order_probe(run.model, run.tokenizer, run.class_names, PROBES) == probe  # recomputed from model.pt
+
+
+@pytest.mark.slow
+def test_heatmaps_have_one_panel_per_head_plus_the_mean(runs):
+    for folder in runs.values():
+        assert (folder / "attention_can_you_can_that.png").stat().st_size > 0
+    run = load_run(runs[True])
+    tokens, weights = attention_map(run.model, run.tokenizer, "can you can that")
+    assert tokens == ["[CLS]", "can", "you", "can", "that", "[SEP]"]
+    assert weights.shape == (run.model.config.n_heads, 6, 6)
+    np.testing.assert_allclose(weights.sum(axis=-1), 1, atol=1e-5)
+    figure = plot_attention(tokens, weights)
+    panels = [ax for ax in figure.axes if ax.images]
+    assert len(panels) == run.model.config.n_heads + 1
+    np.testing.assert_allclose(panels[-1].images[0].get_array(), weights.mean(axis=0), atol=1e-6)
+
+
+class RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.slow
+def test_a_checkpoint_holding_code_is_refused_without_running_it(runs, tmp_path):
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "tokenizer").symlink_to(runs[False] / "tokenizer")
+    marker = tmp_path / "pwned"
+    torch.save({"format": "mha-textclf/1", "state_dict": RunsCode(marker)}, evil / "model.pt")
+    result = run_cli("predict", f"run_dir={evil}", "text=hello")
+    assert result.returncode == 2
+    assert "not a checkpoint this project can load safely" in result.stdout + result.stderr
+    assert str(evil / "model.pt") in result.stdout + result.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
+    run = load_run(runs[False])
+    bad = tmp_path / "bad"
+    (bad / "tokenizer").mkdir(parents=True)
+    run.model.config.vocab_size += 1  # the config now disagrees with the weights it is saved with
+    save_checkpoint(bad / "model.pt", run.model, run.class_names)
+    with pytest.raises(UserError, match="do not match its own model config"):
+        load_run(bad)
+    run.model.config.vocab_size -= 1
+    save_checkpoint(bad / "model.pt", run.model, run.class_names)
+    with pytest.raises(UserError, match="No tokenizer"):
+        load_run(bad)
+    with pytest.raises(UserError, match="empty"):
+        predict_proba(run.model, run.tokenizer, ["fine", "  "])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_model_trained_on_gpu_predicts_on_cpu(data_dir, tmp_path):
+    folder = tmp_path / "gpu"
+    result = run_train("device=cuda", "data.max_train_samples=48", "trainer.epochs=1", f"hydra.run.dir={folder}",
+                       data_dir=data_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_cli("predict", f"run_dir={folder}", "device=cpu", f"text={json.dumps(PROBES)}")
+    assert result.returncode == 0, result.stderr[-3000:]
