@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from conftest import run_cli, run_train
+from mha_textclf.checkpoint import save_checkpoint
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, order_probe, predict_proba
-from mha_textclf.model import save_checkpoint
 from mha_textclf.reports import plot_attention
 from mha_textclf.tokenizer import encode
 

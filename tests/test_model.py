@@ -4,14 +4,7 @@ import pytest
 import torch
 
 from mha_textclf.attention import VARIANTS
-from mha_textclf.errors import UserError
-from mha_textclf.model import (
-    ModelConfig,
-    SinusoidalPositionalEncoding,
-    TextClassifier,
-    load_checkpoint,
-    save_checkpoint,
-)
+from mha_textclf.model import ModelConfig, SinusoidalPositionalEncoding, TextClassifier
 
 CLS, SEP, PAD = 2, 3, 0
 
@@ -83,25 +76,3 @@ def test_positional_encoding_follows_the_formula_and_max_length():
     torch.testing.assert_close(pe[t, 2 * i + 1], torch.cos(torch.tensor(t / 10000 ** (2 * i / 8))))
     with pytest.raises(ValueError, match="max_length"):
         build(pe=True)(*batch([40]))
-
-
-def test_checkpoint_round_trip(tmp_path):
-    model = build("naive", pe=True)
-    save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
-    loaded, names = load_checkpoint(tmp_path / "model.pt")
-    ids, mask = batch([9, 5, 12])
-    assert names == ["a", "b", "c", "d", "e"] and loaded.config == model.config
-    torch.testing.assert_close(loaded(ids, mask), model(ids, mask))
-
-
-class Payload:
-    def __reduce__(self):
-        return (print, ("this must never run",))
-
-
-def test_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
-    path = tmp_path / "model.pt"
-    torch.save({"format": "mha-textclf/1", "payload": Payload()}, path)
-    with pytest.raises(UserError, match="not a checkpoint this project can load safely"):
-        load_checkpoint(path)
-    assert "must never run" not in capsys.readouterr().out

@@ -104,6 +104,9 @@ def _local_files(folder: Path) -> tuple[str, dict[str, list[str]]]:
         # Accept both `train.jsonl` and hub-snapshot names such as `data/train-00000-of-00001.parquet`.
         files = {s: sorted(str(p) for p in folder.rglob(f"{s}*{suffix}")) for s in SPLITS}
         if all(files.values()):
+            empty = [f for split_files in files.values() for f in split_files if Path(f).stat().st_size == 0]
+            if empty:
+                raise UserError(f"{empty[0]} is empty; each split needs at least one row with `text` and `label`.")
             return builder, files
     raise UserError(f"{folder} holds no train and test files. Expected e.g. train.jsonl and test.jsonl "
                     f"(also .json, .csv or .parquet) with columns `text` and `label`.")

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mha_textclf.checkpoint import load_checkpoint
 from mha_textclf.data import collate
 from mha_textclf.errors import UserError
-from mha_textclf.model import TextClassifier, load_checkpoint
+from mha_textclf.model import TextClassifier
 from mha_textclf.tokenizer import encode, load_tokenizer
 
 

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from mha_textclf.attention import build_attention
-from mha_textclf.errors import UserError
-
-CHECKPOINT_FORMAT = "mha-textclf/1"
 
 
 @dataclass
@@ -90,29 +86,3 @@ class TextClassifier(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def save_checkpoint(path: str | Path, model: TextClassifier, class_names: list[str]) -> None:
-    """Weights plus everything needed to rebuild the model: plain types and tensors only (loads with weights_only)."""
-    torch.save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": list(class_names),
-                "state_dict": model.state_dict()}, path)
-
-
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[TextClassifier, list[str]]:
-    """Rebuild a model saved by `save_checkpoint`, on `device`, in eval mode. Never unpickles arbitrary objects."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"No checkpoint at {path}; pass the folder of a finished training run.")
-    try:
-        checkpoint = torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:
-        raise UserError(f"{path} is not a checkpoint this project can load safely ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0]}).") from e
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise UserError(f"{path} is not an mha-textclf checkpoint (expected format {CHECKPOINT_FORMAT!r}).")
-    model = TextClassifier(ModelConfig(**checkpoint["model_config"]))
-    try:
-        model.load_state_dict(checkpoint["state_dict"])
-    except RuntimeError as e:
-        raise UserError(f"The weights in {path} do not match its own model config: {e}") from e
-    return model.to(device).eval(), checkpoint["class_names"]

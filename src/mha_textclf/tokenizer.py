@@ -61,7 +61,17 @@ def train_tokenizer(texts: list[str], vocab_size: int, base: str | None = None) 
         raise UserError(f"Could not load tokenizer.base={base!r}: {type(e).__name__}: {e}\nGive a local folder "
                         "with tokenizer.json (e.g. ../shared/tokenizers/all-MiniLM-L6-v2), or null to train from "
                         "scratch.") from e
-    return base_tokenizer.train_new_from_iterator(texts, vocab_size=vocab_size)
+    return _check_size(base_tokenizer.train_new_from_iterator(texts, vocab_size=vocab_size), vocab_size)
+
+
+def _check_size(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> PreTrainedTokenizerBase:
+    # WordPiece keeps every character of the corpus (and its ## form) whatever vocab_size says: below that floor
+    # the trainer silently returns a larger vocabulary than asked for.
+    if len(tokenizer) > vocab_size:
+        raise UserError(f"tokenizer.vocab_size={vocab_size} is smaller than the special tokens plus the characters "
+                        f"of the training texts need ({len(tokenizer)} tokens); use tokenizer.vocab_size="
+                        f"{len(tokenizer)} or more (default 1000).")
+    return tokenizer
 
 
 def _train_wordpiece(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -76,10 +86,10 @@ def _train_wordpiece(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFa
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
-    return PreTrainedTokenizerFast(
+    return _check_size(PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
         mask_token="[MASK]",
-    )
+    ), vocab_size)
 
 
 def load_tokenizer(path: str | Path, max_length: int) -> PreTrainedTokenizerBase:

@@ -1,12 +1,15 @@
-"""The training loop: seeding, device choice, AdamW epochs with validation, and evaluation."""
+"""The training loop: seeding, device choice, AdamW epochs with validation, evaluation, stopping cleanly."""
 
 from __future__ import annotations
 
 import logging
+import math
 import random
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -15,6 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from mha_textclf.checkpoint import load_training_state, restore_training_state, save_training_state
 from mha_textclf.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -68,42 +72,109 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> Eval
     return Evaluation(total_loss / max(len(labels), 1), labels, predictions)
 
 
+class DivergenceError(UserError):
+    """The loss stopped being a finite number."""
+
+
+class _StopOnSignal:
+    """While active, SIGINT/SIGTERM only set `self.signal`; the loop stops cleanly after the current step.
+
+    A second signal gets the default behaviour back (Ctrl-C twice aborts at once).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signal: str | None = None
+
+    def _handle(self, signum, frame):
+        self.signal = signal.Signals(signum).name
+        log.warning(f"{self.signal} received: stopping after this step and writing reports (send it again to abort)")
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._previous[sig])
+
+    def __enter__(self):
+        self._previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._previous[sig])
+
+
+@dataclass
+class FitResult:
+    history: list[dict]  # one row per finished epoch, resumed ones included
+    interrupted: str | None = None  # the signal that stopped training early, if one did
+
+
 def fit(
     model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, *, epochs: int, lr: float,
-    weight_decay: float, device: torch.device, on_epoch_end: Callable[[dict], None] = lambda row: None,
-) -> list[dict]:
-    """Train with AdamW + cross-entropy; validate after every epoch. Returns one history row per epoch.
+    weight_decay: float, device: torch.device, state_path: Path | None = None, resume_state: dict | None = None,
+    metadata: dict | None = None, on_epoch_end: Callable[[dict], None] = lambda row: None,
+) -> FitResult:
+    """Train with AdamW + cross-entropy, validating after every epoch.
 
-    `on_epoch_end(row)` runs as soon as an epoch is done, so its record is on disk before the next one starts.
+    After each epoch `on_epoch_end(row)` runs and, with `state_path`, the whole training state (model, optimiser,
+    RNG states, history, `metadata`) is saved there atomically: finished work is on disk before the next epoch.
+    `resume_state` (a loaded state) continues after its epoch, reproducing the uninterrupted run exactly.
+    On SIGINT/SIGTERM the current epoch is abandoned and the model goes back to the last finished epoch.
     Rows hold epoch, train_loss, val_loss, val_accuracy, epoch_seconds and train_tokens (real, non-padding tokens).
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    history = []
-    for epoch in range(1, epochs + 1):
-        model.train()
-        start = time.perf_counter()
-        total_loss, n_samples, n_tokens = 0.0, 0, 0
-        bar = tqdm(train_loader, desc=f"epoch {epoch}/{epochs}", leave=False, dynamic_ncols=True)
-        for batch in bar:
-            batch = _to(batch, device)
-            logits = model(batch["input_ids"], batch["padding_mask"])
-            loss = F.cross_entropy(logits, batch["labels"])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            B = batch["labels"].size(0)
-            total_loss += loss.item() * B
-            n_samples += B
-            n_tokens += int((~batch["padding_mask"]).sum())
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # epoch time must include the queued GPU work
-        train_seconds = time.perf_counter() - start
-        val = evaluate(model, val_loader, device)
-        row = {"epoch": epoch, "train_loss": total_loss / n_samples, "val_loss": val.loss,
-               "val_accuracy": val.accuracy, "epoch_seconds": train_seconds, "train_tokens": n_tokens}
-        log.info(f"epoch {epoch}/{epochs}: train_loss {row['train_loss']:.4f}  val_loss {val.loss:.4f}  "
-                 f"val_accuracy {val.accuracy:.4f}  ({train_seconds:.1f}s)")
-        history.append(row)
-        on_epoch_end(row)
-    return history
+    generator = train_loader.generator  # the batch order's own RNG (see data.make_loader)
+    history, first_epoch = [], 1
+    if resume_state is not None:
+        restore_training_state(resume_state, model=model, optimizer=optimizer, loader_generator=generator)
+        history, first_epoch = list(resume_state["history"]), resume_state["epoch"] + 1
+    with _StopOnSignal() as stop:
+        for epoch in range(first_epoch, epochs + 1):
+            row = _train_epoch(model, train_loader, optimizer, device, epoch, epochs, stop)
+            if stop.signal:
+                if history and state_path is not None:  # back to the last finished epoch, as saved
+                    model.load_state_dict(load_training_state(state_path, device)["model"])
+                return FitResult(history, interrupted=stop.signal)
+            val = evaluate(model, val_loader, device)
+            row |= {"val_loss": val.loss, "val_accuracy": val.accuracy}
+            log.info(f"epoch {epoch}/{epochs}: train_loss {row['train_loss']:.4f}  val_loss {val.loss:.4f}  "
+                     f"val_accuracy {val.accuracy:.4f}  ({row['epoch_seconds']:.1f}s)")
+            history.append(row)
+            on_epoch_end(row)
+            if state_path is not None:
+                save_training_state(state_path, model=model, optimizer=optimizer, loader_generator=generator,
+                                    epoch=epoch, history=history, metadata=metadata or {})
+            if stop.signal:  # arrived during validation: this epoch is complete and saved
+                return FitResult(history, interrupted=stop.signal)
+    return FitResult(history)
+
+
+def _train_epoch(model, loader, optimizer, device, epoch: int, epochs: int, stop: _StopOnSignal) -> dict:
+    model.train()
+    start = time.perf_counter()
+    total_loss, n_samples, n_tokens = 0.0, 0, 0
+    bar = tqdm(loader, desc=f"epoch {epoch}/{epochs}", leave=False, dynamic_ncols=True)
+    for step, batch in enumerate(bar, start=1):
+        batch = _to(batch, device)
+        logits = model(batch["input_ids"], batch["padding_mask"])
+        loss = F.cross_entropy(logits, batch["labels"])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        value = loss.item()
+        if not math.isfinite(value):
+            raise DivergenceError(f"The training loss became {value} at epoch {epoch}, step {step}; training "
+                                   "stopped. history.csv and last.pt keep the epochs finished before it. Lower "
+                                   "trainer.lr (or check the data) and train again.")
+        B = batch["labels"].size(0)
+        total_loss += value * B
+        n_samples += B
+        n_tokens += int((~batch["padding_mask"]).sum())
+        bar.set_postfix(loss=f"{value:.4f}")
+        if stop.signal:
+            break
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # epoch time must include the queued GPU work
+    return {"epoch": epoch, "train_loss": total_loss / max(n_samples, 1),
+            "epoch_seconds": time.perf_counter() - start, "train_tokens": n_tokens}

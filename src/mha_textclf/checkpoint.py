@@ -1,0 +1,96 @@
+"""Checkpoints: `model.pt` (weights + what rebuilds the model) and `last.pt` (all a resumed run needs).
+
+Both are written atomically (temporary file, fsync, rename), so a kill mid-write leaves the previous good file, and
+both hold only tensors and plain Python types, so they load with `torch.load(weights_only=True)`: nothing in a
+checkpoint file is ever executed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from mha_textclf.errors import UserError
+from mha_textclf.model import ModelConfig, TextClassifier
+
+CHECKPOINT_FORMAT = "mha-textclf/1"
+TRAINING_STATE_FORMAT = "mha-textclf-training-state/1"
+
+
+def atomic_save(obj: dict, path: Path) -> None:
+    """`torch.save` to a temporary name, then rename over `path`: readers see the old file or the new, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _load(path: Path, device, what: str) -> dict:
+    if not path.is_file():
+        raise UserError(f"No {what} at {path}; pass the folder of a training run.")
+    try:
+        obj = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:
+        raise UserError(f"{path} is not a checkpoint this project can load safely ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else 'no detail'}). If it was cut short, use the "
+                        "run's other checkpoint or train again.") from e
+    return obj
+
+
+def save_checkpoint(path: Path, model: TextClassifier, class_names: list[str]) -> None:
+    atomic_save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": list(class_names),
+                 "state_dict": model.state_dict()}, path)
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[TextClassifier, list[str]]:
+    """Rebuild a model saved by `save_checkpoint`, on `device`, in eval mode."""
+    path = Path(path)
+    checkpoint = _load(path, device, "checkpoint")
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(f"{path} is not an mha-textclf checkpoint (expected format {CHECKPOINT_FORMAT!r}).")
+    model = TextClassifier(ModelConfig(**checkpoint["model_config"]))
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as e:
+        raise UserError(f"The weights in {path} do not match its own model config: {e}") from e
+    return model.to(device).eval(), checkpoint["class_names"]
+
+
+def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        loader_generator: torch.Generator, epoch: int, history: list[dict], metadata: dict) -> None:
+    """Everything needed to continue after `epoch` exactly as if training had never stopped.
+
+    The loop draws random numbers only from torch (dropout: the global generator, batch order: the loader's own), so
+    those generators' states are all the randomness there is to save.
+    """
+    atomic_save({
+        "format": TRAINING_STATE_FORMAT, "epoch": epoch, "history": history, "metadata": metadata,
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "loader": loader_generator.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+    }, path)
+
+
+def load_training_state(path: Path, device: str | torch.device = "cpu") -> dict:
+    state = _load(path, device, "training state (last.pt)")
+    if not isinstance(state, dict) or state.get("format") != TRAINING_STATE_FORMAT:
+        raise UserError(f"{path} is not an mha-textclf training state (expected format {TRAINING_STATE_FORMAT!r}).")
+    return state
+
+
+def restore_training_state(state: dict, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                           loader_generator: torch.Generator) -> None:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    loader_generator.set_state(state["rng"]["loader"].cpu())
+    if state["rng"]["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])

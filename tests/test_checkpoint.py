@@ -1,0 +1,99 @@
+"""Checkpoints round-trip, refuse code, and are never left half-written."""
+
+import pytest
+import torch
+
+from mha_textclf import checkpoint as ckpt
+from mha_textclf.errors import UserError
+from mha_textclf.model import ModelConfig, TextClassifier
+
+
+def build(variant="naive", pe=True):
+    torch.manual_seed(0)
+    return TextClassifier(ModelConfig(vocab_size=50, n_classes=5, attention=variant, d_model=16, n_heads=4,
+                                      mlp_hidden=32, pe=pe, max_length=32)).eval()
+
+
+def test_model_checkpoint_round_trip(tmp_path):
+    model = build()
+    ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
+    loaded, names = ckpt.load_checkpoint(tmp_path / "model.pt")
+    ids = torch.randint(5, 50, (3, 10))
+    assert names == ["a", "b", "c", "d", "e"] and loaded.config == model.config
+    torch.testing.assert_close(loaded(ids), model(ids))
+
+
+class RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))  # would create the marker file if it were ever unpickled
+
+
+def test_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
+    path, marker = tmp_path / "model.pt", tmp_path / "pwned"
+    torch.save({"format": ckpt.CHECKPOINT_FORMAT, "payload": RunsCode(marker)}, path)
+    with pytest.raises(UserError, match="not a checkpoint this project can load safely"):
+        ckpt.load_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_foreign_file_is_refused(tmp_path):
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "model.pt")
+    with pytest.raises(UserError, match="not an mha-textclf checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "model.pt")
+    with pytest.raises(UserError, match="No checkpoint"):
+        ckpt.load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_a_failed_write_never_replaces_the_good_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    ckpt.atomic_save({"epoch": 1, "w": torch.ones(4)}, path)
+    real_save = torch.save
+
+    def dies_half_way(obj, f):
+        real_save(obj, f)
+        f.truncate(f.tell() // 2)  # a partial write...
+        raise OSError("disk full")  # ...then the process fails
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.atomic_save({"epoch": 2, "w": torch.zeros(4)}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary left behind
+
+
+def test_a_truncated_training_state_is_a_clear_error(tmp_path):
+    model = build()
+    optimizer = torch.optim.AdamW(model.parameters())
+    path = tmp_path / "last.pt"
+    ckpt.save_training_state(path, model=model, optimizer=optimizer, loader_generator=torch.Generator(), epoch=3,
+                             history=[{"epoch": 1}], metadata={"config": {}})
+    assert ckpt.load_training_state(path)["epoch"] == 3
+    path.write_bytes(path.read_bytes()[:1000])  # as if killed mid-write without the atomic rename
+    with pytest.raises(UserError, match="not a checkpoint this project can load safely"):
+        ckpt.load_training_state(path)
+
+
+def test_training_state_restores_rng_and_optimizer(tmp_path):
+    model, generator = build(), torch.Generator().manual_seed(5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randint(5, 50, (2, 6))).sum().backward()
+    optimizer.step()
+    torch.manual_seed(9)
+    ckpt.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer, loader_generator=generator,
+                             epoch=1, history=[], metadata={})
+    expected = (torch.rand(3), torch.rand(3, generator=generator))
+
+    other, other_generator = build(pe=True), torch.Generator()
+    other_optimizer = torch.optim.AdamW(other.parameters(), lr=0.1)
+    torch.manual_seed(123)
+    ckpt.restore_training_state(ckpt.load_training_state(tmp_path / "last.pt"), model=other,
+                                optimizer=other_optimizer, loader_generator=other_generator)
+    assert torch.equal(torch.rand(3), expected[0])
+    assert torch.equal(torch.rand(3, generator=other_generator), expected[1])
+    for a, b in zip(model.parameters(), other.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert other_optimizer.state_dict()["state"][0]["step"] == 1
