@@ -10,19 +10,26 @@ checks it, then calls the library with plain values: seed, data, tokenizer, mode
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import hydra
+import pandas as pd
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
+from mha_textclf.attention import VARIANTS
+from mha_textclf.checkpoint import load_training_state, save_checkpoint
 from mha_textclf.data import load_corpus, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, order_probe
-from mha_textclf.model import ModelConfig, TextClassifier, save_checkpoint
+from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.reports import (
     append_history,
     library_versions,
@@ -32,32 +39,86 @@ from mha_textclf.reports import (
     split_report,
     write_json,
 )
+from mha_textclf.summary import write_summary
 from mha_textclf.tokenizer import encode, get_tokenizer
 from mha_textclf.training import evaluate, fit, resolve_device, seed_everything
 
 log = logging.getLogger("train")
 
 
+# Settings a resumed run may change: where things are and how long to train, never what is trained.
+RESUMABLE_CHANGES = {"resume", "trainer.epochs", "device", "trainer.num_threads", "data.path", "tokenizer.cache_dir"}
+
+
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
-def main(cfg: DictConfig) -> float:
+def main(cfg: DictConfig) -> float | None:
     """Train, evaluate on val and test, write the reports; returns validation accuracy (for sweepers)."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    # In a sweep a failed job must not take the others down: Hydra would re-raise only after the last job and skip
+    # the end-of-sweep summary. The job records its error in its own folder instead; the summary lists it.
+    in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        return train(cfg, Path(HydraConfig.get().runtime.output_dir))
+        metrics = train(cfg, run_dir)
     except UserError as e:
         log.error(str(e))
-        sys.exit(2)
+        if not in_sweep:
+            sys.exit(2)
+        (run_dir / "error.txt").write_text(str(e) + "\n")
+        return None
+    except Exception as e:
+        if not in_sweep:
+            raise
+        log.exception("job failed")  # the traceback goes to this job's train.log
+        (run_dir / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
+        return None
+    if metrics["interrupted"]:
+        sys.exit(128 + signal.Signals[metrics["interrupted"]].value)  # the shell's convention: 130 for SIGINT
+    return metrics["val"]["accuracy"]
+
+
+class SweepSummary(Callback):
+    """At the end of a multirun, write summary.csv/.md and the comparison plots into the sweep folder."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        paths = write_summary(folder)
+        runs = pd.read_csv(paths["summary.csv"])
+        log.info(f"sweep summary: {paths['summary.md']}\n{paths['summary.md'].read_text()}")
+        failed = runs[runs["status"] == "failed"]
+        if len(failed):
+            log.error(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(failed['run_dir'])} (see error.txt)")
+            sys.exit(1)
+
+
+def torch_threads(cfg: DictConfig) -> int | None:
+    """Threads per job. Parallel jobs on one machine share its cores instead of each taking all of them:
+    joblib with n_jobs=N gives each job cores // N threads (n_jobs=-1: one thread each); submitit gives each job
+    its cpus_per_task. trainer.num_threads, when set, wins."""
+    if cfg.trainer.num_threads:
+        return cfg.trainer.num_threads
+    launcher = HydraConfig.get().launcher
+    cores = os.cpu_count() or 1
+    if "n_jobs" in launcher:
+        n_jobs = cores if launcher.n_jobs in (None, -1) else max(1, launcher.n_jobs)
+        return max(1, cores // n_jobs)
+    if "cpus_per_task" in launcher and launcher.cpus_per_task:
+        return launcher.cpus_per_task
+    return None
 
 
 def check_config(cfg: DictConfig) -> None:
     """Fail before any expensive work, saying which setting to change."""
+    if OmegaConf.is_missing(cfg.model, "attention") or cfg.model.attention not in VARIANTS:
+        raise UserError(f"Choose an attention variant: model={'|'.join(VARIANTS)} (model/base.yaml is the part "
+                        "they share, not a variant).")
     problems = []
     if cfg.model.d_model % cfg.model.n_heads:
         problems.append(f"model.d_model={cfg.model.d_model} is not divisible by model.n_heads={cfg.model.n_heads}: "
                         "each head gets d_model // n_heads dimensions.")
     for key in ("trainer.epochs", "trainer.batch_size", "trainer.lr", "data.max_length", "tokenizer.vocab_size"):
-        value = cfg[key.split(".")[0]][key.split(".")[1]]
-        if not value > 0:
-            problems.append(f"{key}={value} must be positive.")
+        value = OmegaConf.select(cfg, key)
+        if not (isinstance(value, int | float) and value > 0):
+            problems.append(f"{key}={value} must be a positive number.")
     if not 0 < cfg.data.val_fraction < 1:
         problems.append(f"data.val_fraction={cfg.data.val_fraction} must lie strictly between 0 and 1.")
     if cfg.pe and cfg.model.d_model % 2:
@@ -66,11 +127,36 @@ def check_config(cfg: DictConfig) -> None:
         raise UserError("Invalid configuration:\n  " + "\n  ".join(problems))
 
 
-def train(cfg: DictConfig, run_dir: Path) -> float:
+def resume_state(cfg: DictConfig) -> dict | None:
+    """The training state of the run to continue, after checking that this run asks for the same training."""
+    if cfg.resume is None:
+        return None
+    state = load_training_state(Path(cfg.resume).expanduser() / "last.pt")
+    saved, now = (OmegaConf.to_container(c, resolve=True) for c in (OmegaConf.create(state["metadata"]["config"]), cfg))
+    changed = sorted(key for key in _flatten(saved).keys() | _flatten(now).keys()
+                     if _flatten(saved).get(key) != _flatten(now).get(key) and key not in RESUMABLE_CHANGES)
+    if changed:
+        original = " ".join(state["metadata"]["overrides"])
+        raise UserError(f"resume={cfg.resume} continues a run with other settings ({', '.join(changed)} differ). "
+                        f"Repeat its overrides: python -m train {original} resume={cfg.resume}")
+    log.info(f"resuming {cfg.resume} after epoch {state['epoch']}")
+    return state
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out |= _flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
+
+
+def train(cfg: DictConfig, run_dir: Path) -> dict:
     check_config(cfg)
     device = resolve_device(cfg.device)
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(cfg.trainer.num_threads)
+    state = resume_state(cfg)
+    threads = torch_threads(cfg) if HydraConfig.initialized() else cfg.trainer.num_threads
+    if threads:
+        torch.set_num_threads(threads)
     seed_everything(cfg.seed)
     log.info(f"run folder {run_dir}  |  model={cfg.model.attention} pe={cfg.pe} seed={cfg.seed} device={device}")
 
@@ -99,26 +185,36 @@ def train(cfg: DictConfig, run_dir: Path) -> float:
     model = TextClassifier(model_config).to(device)
     log.info(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}")
 
-    history = fit(model, loaders["train"], loaders["val"], epochs=cfg.trainer.epochs, lr=cfg.trainer.lr,
-                  weight_decay=cfg.trainer.weight_decay, device=device,
-                  on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))
+    # Train: every finished epoch goes to history.csv and last.pt before the next starts.
+    for row in state["history"] if state else []:  # a resumed run's folder tells the whole story
+        append_history(run_dir / "history.csv", row)
+    metadata = {"config": OmegaConf.to_container(cfg, resolve=True),
+                "overrides": [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]}
+    result = fit(model, loaders["train"], loaders["val"], epochs=cfg.trainer.epochs, lr=cfg.trainer.lr,
+                 weight_decay=cfg.trainer.weight_decay, device=device, state_path=run_dir / "last.pt",
+                 resume_state=state, metadata=metadata,
+                 on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))
+    history = result.history
     save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
 
     # Reports: the last epoch's model on val, then the official test split, evaluated once.
     title = f"{cfg.model.attention}, pe={cfg.pe}, seed={cfg.seed}"
-    plot_loss_curve(history, run_dir / "loss_curve.png", title=title)
+    if history:
+        plot_loss_curve(history, run_dir / "loss_curve.png", title=title)
     metrics = {}
     for split in ("val", "test"):
-        result = evaluate(model, loaders[split], device)
-        metrics[split] = split_report(run_dir, split, result.labels, result.predictions, result.loss,
+        evaluation = evaluate(model, loaders[split], device)
+        metrics[split] = split_report(run_dir, split, evaluation.labels, evaluation.predictions, evaluation.loss,
                                       corpus.class_names)
     train_seconds = sum(row["epoch_seconds"] for row in history)
     metrics |= {
         "model": cfg.model.attention, "pe": cfg.pe, "seed": cfg.seed, "device": str(device),
-        "params": model.num_parameters(), "epochs": len(history), "train_seconds": train_seconds,
+        "params": model.num_parameters(), "threads": torch.get_num_threads(), "epochs": len(history),
+        "train_seconds": train_seconds,
         "epoch_seconds": [row["epoch_seconds"] for row in history],
-        "tokens_per_second": sum(row["train_tokens"] for row in history) / train_seconds,
+        "tokens_per_second": sum(row["train_tokens"] for row in history) / train_seconds if history else 0.0,
         "class_names": corpus.class_names, "vocab_size": model_config.vocab_size,
+        "interrupted": result.interrupted, "resumed_from": cfg.resume,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": library_versions(),
     }
     write_json(run_dir / "metrics.json", metrics)
@@ -130,9 +226,13 @@ def train(cfg: DictConfig, run_dir: Path) -> float:
     probe = order_probe(model, tokenizer, corpus.class_names, list(cfg.probes.order))
     write_json(run_dir / "order_probe.json", probe)
     log.info(f"order probe {probe['texts']}: max |Δp| = {probe['max_abs_difference']:.3g}")
-    log.info(f"val accuracy {metrics['val']['accuracy']:.4f}  test accuracy {metrics['test']['accuracy']:.4f}  "
-             f"train {train_seconds:.1f}s  ->  {run_dir}")
-    return metrics["val"]["accuracy"]
+
+    status = f"INTERRUPTED by {result.interrupted} after epoch {len(history)}, " if result.interrupted else ""
+    log.info(f"{status}val accuracy {metrics['val']['accuracy']:.4f}  test accuracy {metrics['test']['accuracy']:.4f}"
+             f"  train {train_seconds:.1f}s  ->  {run_dir}")
+    if result.interrupted:
+        log.info(f"continue with: python -m train {' '.join(metadata['overrides'])} resume={run_dir}")
+    return metrics
 
 
 if __name__ == "__main__":

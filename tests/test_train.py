@@ -4,10 +4,11 @@ import csv
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import run_train
-from mha_textclf.model import load_checkpoint
+from mha_textclf.checkpoint import load_checkpoint
 from mha_textclf.tokenizer import load_tokenizer
 
 SMOKE = ["data.max_train_samples=48", "trainer.epochs=2", "trainer.batch_size=16"]
@@ -80,6 +81,13 @@ def test_multirun_variants_agree(data_dir, tmp_path):
                     assert mine[column] == pytest.approx(theirs[column], rel=1e-4), (m, pe, column)
             assert metrics[m]["val"]["accuracy"] == pytest.approx(metrics["efficient"]["val"]["accuracy"], abs=1e-9)
             assert metrics[m]["params"] == metrics["efficient"]["params"]
+    # The end-of-sweep hook summarised it: one row per job, the grouped table, both plots.
+    summary = pd.read_csv(sweep / "summary.csv")
+    assert len(summary) == 6 and set(summary["status"]) == {"ok"}
+    assert sorted(zip(summary["model"], summary["pe"], strict=True)) == sorted(
+        (m, pe) for m in ("naive", "efficient", "torch") for pe in (False, True))
+    assert "## By model and pe" in (sweep / "summary.md").read_text()
+    assert (sweep / "loss_curves.png").stat().st_size > 0 and (sweep / "accuracy_vs_time.png").stat().st_size > 0
 
 
 @pytest.mark.slow

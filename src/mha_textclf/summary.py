@@ -1,0 +1,177 @@
+"""Sweep summaries: one table of runs, one of (model × pe) groups over seeds, and two comparison plots.
+
+Used by the end-of-sweep Hydra callback and by `scripts/summarize.py`, for any folder that contains run folders.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from matplotlib.figure import Figure
+
+RUN_COLUMNS = ["model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1",
+               "epochs", "train_seconds", "median_epoch_seconds", "tokens_per_second", "params", "device", "run_dir"]
+GROUP_METRICS = ["val_accuracy", "test_accuracy", "val_macro_f1", "test_macro_f1", "train_seconds",
+                 "median_epoch_seconds"]
+
+
+def find_runs(folder: Path) -> list[Path]:
+    """Every run folder below `folder`: finished ones hold metrics.json, failed ones at least Hydra's .hydra/."""
+    marked = {p.parent for p in folder.rglob("metrics.json")} | {p.parent for p in folder.rglob(".hydra")}
+    return sorted(marked, key=lambda p: (len(p.relative_to(folder).parts), _job_number(p), str(p)))
+
+
+def _job_number(run_dir: Path) -> int:
+    head = run_dir.name.split("_")[0]
+    return int(head) if head.isdigit() else -1
+
+
+def run_row(run_dir: Path, root: Path) -> dict:
+    """One row of the runs table. A folder without metrics.json is a failed run; error.txt says why, if present."""
+    row = dict.fromkeys(RUN_COLUMNS) | {"run_dir": str(run_dir.relative_to(root)) or "."}
+    metrics_path = run_dir / "metrics.json"
+    if not metrics_path.exists():
+        config_path = run_dir / ".hydra" / "config.yaml"
+        config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
+        error = run_dir / "error.txt"
+        return row | {"model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
+                      "seed": config.get("seed"), "status": "failed",
+                      "error": " ".join(error.read_text().split()) if error.exists() else "no metrics.json"}
+    m = json.loads(metrics_path.read_text())
+    epoch_seconds = pd.Series(m.get("epoch_seconds") or [math.nan])
+    return row | {
+        "model": m["model"], "pe": m.get("pe"), "seed": m.get("seed"),
+        "status": "interrupted" if m.get("interrupted") else "ok",
+        "val_accuracy": m["val"]["accuracy"], "val_macro_f1": m["val"]["macro_f1"],
+        "test_accuracy": m["test"]["accuracy"], "test_macro_f1": m["test"]["macro_f1"],
+        "epochs": m.get("epochs"), "train_seconds": m.get("train_seconds"),
+        "median_epoch_seconds": epoch_seconds.median(), "tokens_per_second": m.get("tokens_per_second"),
+        "params": m.get("params"), "device": m.get("device"),
+    }
+
+
+def runs_table(folder: Path) -> pd.DataFrame:
+    folder = Path(folder)
+    rows = [run_row(run_dir, folder) for run_dir in find_runs(folder)]
+    return pd.DataFrame(rows, columns=[*RUN_COLUMNS, "error"])
+
+
+def groups_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std over seeds for each (model, pe) among finished runs, and the speed ratio to the fastest group."""
+    done = runs[runs["status"] == "ok"].copy()
+    if done.empty:
+        return pd.DataFrame()
+    done["pe"] = done["pe"].astype(str)  # baselines without a pe value still group
+    grouped = done.groupby(["model", "pe"], sort=True)
+    table = grouped[GROUP_METRICS].agg(["mean", "std"])
+    table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
+    table.insert(0, "runs", grouped.size())
+    fastest = table["median_epoch_seconds_mean"].min()
+    table["epoch_time_vs_fastest"] = table["median_epoch_seconds_mean"] / fastest
+    return table.reset_index()
+
+
+def write_summary(folder: str | Path) -> dict[str, Path]:
+    """Write summary.csv, summary.md, loss_curves.png and accuracy_vs_time.png into `folder`; return their paths."""
+    folder = Path(folder)
+    runs = runs_table(folder)
+    groups = groups_table(runs)
+    paths = {name: folder / name for name in ("summary.csv", "summary.md", "loss_curves.png", "accuracy_vs_time.png")}
+    runs.to_csv(paths["summary.csv"], index=False)
+    paths["summary.md"].write_text(summary_markdown(runs, groups))
+    plot_loss_curves(folder, runs).savefig(paths["loss_curves.png"], dpi=110)
+    plot_accuracy_vs_time(runs).savefig(paths["accuracy_vs_time.png"], dpi=110)
+    return paths
+
+
+def summary_markdown(runs: pd.DataFrame, groups: pd.DataFrame) -> str:
+    parts = ["# Sweep summary", ""]
+    if not groups.empty:
+        parts += ["## By model and pe (mean ± std over seeds)", "", markdown_table(_readable_groups(groups)), ""]
+    shown = runs.drop(columns=["error"]).copy()
+    for column in ("val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1"):
+        shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
+    for column in ("train_seconds", "median_epoch_seconds"):
+        shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
+    shown["tokens_per_second"] = shown["tokens_per_second"].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}")
+    parts += ["## Runs", "", markdown_table(shown), ""]
+    failed = runs[runs["status"] == "failed"]
+    if not failed.empty:
+        parts += ["## Failed runs", ""] + [f"- `{r.run_dir}`: {r.error}" for r in failed.itertuples()] + [""]
+    return "\n".join(parts)
+
+
+def _readable_groups(groups: pd.DataFrame) -> pd.DataFrame:
+    def pm(metric: str, fmt: str) -> pd.Series:
+        # A single seed has no spread to report: show its value alone rather than a misleading "± 0".
+        return pd.Series([f"{m:{fmt}}" if pd.isna(s) else f"{m:{fmt}} ± {s:{fmt}}"
+                          for m, s in zip(groups[f"{metric}_mean"], groups[f"{metric}_std"], strict=True)])
+
+    return pd.DataFrame({
+        "model": groups["model"], "pe": groups["pe"], "runs": groups["runs"],
+        "val accuracy": pm("val_accuracy", ".4f"), "test accuracy": pm("test_accuracy", ".4f"),
+        "val macro-F1": pm("val_macro_f1", ".4f"), "test macro-F1": pm("test_macro_f1", ".4f"),
+        "train s": pm("train_seconds", ".1f"), "median epoch s": pm("median_epoch_seconds", ".2f"),
+        "epoch time vs fastest": groups["epoch_time_vs_fastest"].map(lambda v: f"{v:.2f}×"),
+    })
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (pandas' to_markdown would need the tabulate package for this alone)."""
+    cells = [[str(c) for c in frame.columns]] + [["" if pd.isna(v) else str(v) for v in row]
+                                                 for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(row) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("---" for _ in frame.columns) + "|")
+    return "\n".join(lines)
+
+
+def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
+    """Train (solid) and val (dashed) loss per epoch for every run, one panel per model, coloured by pe."""
+    models = sorted(runs["model"].dropna().unique()) or ["(none)"]
+    fig = Figure(figsize=(4.5 * len(models), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
+    colours = {"True": "tab:orange", "False": "tab:blue"}
+    for ax, model in zip(axes, models, strict=True):
+        for run in runs[runs["model"] == model].itertuples():
+            history_path = folder / run.run_dir / "history.csv"
+            if not history_path.exists():
+                continue
+            history = pd.read_csv(history_path)
+            colour = colours.get(str(run.pe), "tab:gray")
+            ax.plot(history["epoch"], history["train_loss"], color=colour, alpha=0.8)
+            ax.plot(history["epoch"], history["val_loss"], color=colour, alpha=0.8, linestyle="--")
+        ax.set(title=model, xlabel="epoch")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("cross-entropy loss")
+    handles = [axes[0].plot([], [], color=c, label=f"pe={pe}")[0] for pe, c in colours.items()]
+    handles += [axes[0].plot([], [], color="k", label="train")[0],
+                axes[0].plot([], [], color="k", linestyle="--", label="val")[0]]
+    fig.legend(handles=handles, loc="outside right center")
+    return fig
+
+
+def plot_accuracy_vs_time(runs: pd.DataFrame) -> Figure:
+    """Test accuracy against training seconds, one point per finished run."""
+    fig = Figure(figsize=(6, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    done = runs[runs["status"] == "ok"]
+    markers = {"True": "o", "False": "s"}
+    for i, model in enumerate(sorted(done["model"].unique())):
+        for pe, marker in markers.items():
+            subset = done[(done["model"] == model) & (done["pe"].astype(str) == pe)]
+            if not subset.empty:
+                ax.scatter(subset["train_seconds"], subset["test_accuracy"], color=f"C{i}", marker=marker,
+                           label=f"{model}, pe={pe}", alpha=0.8)
+        baseline = done[(done["model"] == model) & ~done["pe"].astype(str).isin(markers)]
+        if not baseline.empty:
+            ax.scatter(baseline["train_seconds"], baseline["test_accuracy"], color=f"C{i}", marker="*", s=120,
+                       label=model)
+    ax.set(xscale="log", xlabel="training seconds (log scale)", ylabel="test accuracy")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return fig

@@ -1,0 +1,102 @@
+"""Sweeps: failed jobs are reported and the rest summarised, parallel launchers work, the tokenizer cache is safe."""
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from conftest import CONFIG_DIR, REPO, run_train
+from mha_textclf.summary import groups_table, runs_table
+from mha_textclf.tokenizer import load_tokenizer
+
+TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
+
+
+@pytest.mark.slow
+def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
+    sweep = tmp_path / "sweep"
+    result = run_train("-m", "model=efficient,torch", "model.n_heads=8,5", *TINY, f"hydra.sweep.dir={sweep}",
+                       data_dir=data_dir)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1  # the sweep as a whole failed...
+    assert "2 of 4 jobs failed" in output
+    runs = pd.read_csv(sweep / "summary.csv")  # ...but every job ran and the summary was written
+    assert len(runs) == 4
+    failed = runs[runs["status"] == "failed"]
+    assert sorted(failed["model"]) == ["efficient", "torch"]
+    assert failed["error"].str.contains("not divisible by model.n_heads=5").all()
+    assert (runs["status"] == "ok").sum() == 2
+    assert "## Failed runs" in (sweep / "summary.md").read_text()
+
+    # scripts/summarize.py gives the same summary for the same folder.
+    (sweep / "summary.csv").unlink()
+    result = subprocess.run([sys.executable, "scripts/summarize.py", str(sweep)], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "## Failed runs" in result.stdout and "not divisible" in result.stdout
+    pd.testing.assert_frame_equal(pd.read_csv(sweep / "summary.csv"), runs)
+
+
+def test_groups_average_over_seeds_and_compare_speed(tmp_path):
+    for i, (model, seed, acc, seconds) in enumerate([("naive", 0, 0.8, 30.0), ("naive", 1, 0.9, 34.0),
+                                                     ("efficient", 0, 0.7, 10.0), ("efficient", 1, 0.9, 10.0)]):
+        run = tmp_path / f"{i}_run"
+        run.mkdir()
+        metrics = {"model": model, "pe": False, "seed": seed, "val": {"accuracy": acc, "macro_f1": acc},
+                   "test": {"accuracy": acc, "macro_f1": acc}, "epochs": 2, "train_seconds": 2 * seconds,
+                   "epoch_seconds": [seconds, seconds], "tokens_per_second": 1.0, "params": 10, "device": "cpu"}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    groups = groups_table(runs_table(tmp_path)).set_index("model")
+    assert groups.loc["naive", "val_accuracy_mean"] == pytest.approx(0.85)
+    assert groups.loc["efficient", "val_accuracy_std"] == pytest.approx(0.1414, abs=1e-4)  # sample std over seeds
+    assert groups.loc["naive", "epoch_time_vs_fastest"] == pytest.approx(3.2)
+    assert groups.loc["efficient", "epoch_time_vs_fastest"] == 1.0
+
+
+def build_cache(cache_dir, texts, barrier):
+    from mha_textclf.tokenizer import get_tokenizer
+
+    barrier.wait()  # both processes start building at the same moment
+    return len(get_tokenizer(texts, 300, None, cache_dir, max_length=64))
+
+
+def test_two_processes_building_the_tokenizer_cache_at_once(train_texts, tmp_path):
+    context = mp.get_context("spawn")
+    barrier = context.Manager().Barrier(2)
+    with context.Pool(2) as pool:
+        sizes = pool.starmap(build_cache, [(tmp_path, train_texts[:300], barrier)] * 2)
+    assert sizes == [300, 300]
+    entries = os.listdir(tmp_path)
+    assert len(entries) == 1 and not entries[0].startswith(".tmp")  # one valid entry, no half-written leftovers
+    assert len(load_tokenizer(tmp_path / entries[0], 64)) == 300
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_parallel_launchers_run_a_two_job_sweep(launcher, data_dir, tmp_path):
+    pytest.importorskip({"joblib": "hydra_plugins.hydra_joblib_launcher",
+                         "submitit_local": "hydra_plugins.hydra_submitit_launcher"}[launcher])
+    sweep = tmp_path / "sweep"
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.cpus_per_task=1"]
+    result = run_train("-m", f"hydra/launcher={launcher}", *extra, "model=efficient,torch", *TINY,
+                       f"hydra.sweep.dir={sweep}", data_dir=data_dir)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    runs = pd.read_csv(sweep / "summary.csv")
+    assert sorted(runs["model"]) == ["efficient", "torch"] and set(runs["status"]) == {"ok"}
+    threads = {json.loads((sweep / d / "metrics.json").read_text())["threads"] for d in runs["run_dir"]}
+    expected = max(1, (os.cpu_count() or 1) // 2) if launcher == "joblib" else 1
+    assert threads == {expected}  # jobs share the cores instead of oversubscribing them
+
+
+def test_slurm_config_composes_over_submitit():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        cfg = compose("train", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                      return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert cfg.hydra.launcher.partition == "gpu" and cfg.hydra.launcher.cpus_per_task == 4
