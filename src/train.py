@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -40,8 +41,8 @@ from mha_textclf.reports import (
     write_json,
 )
 from mha_textclf.summary import write_summary
-from mha_textclf.tokenizer import encode, get_tokenizer
-from mha_textclf.training import evaluate, fit, resolve_device, seed_everything
+from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
+from mha_textclf.training import PRECISIONS, evaluate, fit, resolve_device, seed_everything
 
 log = logging.getLogger("train")
 
@@ -99,7 +100,8 @@ def torch_threads(cfg: DictConfig) -> int | None:
     launcher = HydraConfig.get().launcher
     cores = os.cpu_count() or 1
     if "n_jobs" in launcher:
-        n_jobs = cores if launcher.n_jobs in (None, -1) else max(1, launcher.n_jobs)
+        n_jobs = launcher.n_jobs or -1
+        n_jobs = n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)  # joblib: -1 all cores, -2 all but one, ...
         return max(1, cores // n_jobs)
     if "cpus_per_task" in launcher and launcher.cpus_per_task:
         return launcher.cpus_per_task
@@ -115,12 +117,22 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.model.d_model % cfg.model.n_heads:
         problems.append(f"model.d_model={cfg.model.d_model} is not divisible by model.n_heads={cfg.model.n_heads}: "
                         "each head gets d_model // n_heads dimensions.")
-    for key in ("trainer.epochs", "trainer.batch_size", "trainer.lr", "data.max_length", "tokenizer.vocab_size"):
+    counts = ["trainer.epochs", "trainer.batch_size", "data.max_length", "tokenizer.vocab_size", "model.d_model",
+              "model.n_heads", "model.mlp_hidden"]
+    optional_counts = ["data.max_train_samples", "data.max_eval_samples", "trainer.num_threads"]
+    for key in counts + optional_counts:
         value = OmegaConf.select(cfg, key)
-        if not (isinstance(value, int | float) and value > 0):
-            problems.append(f"{key}={value} must be a positive number.")
+        if value is None and key in optional_counts:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            problems.append(f"{key}={value} must be a positive whole number"
+                            + (" (or null)." if key in optional_counts else "."))
+    if isinstance(cfg.trainer.lr, bool) or not isinstance(cfg.trainer.lr, int | float) or not cfg.trainer.lr > 0:
+        problems.append(f"trainer.lr={cfg.trainer.lr} must be a positive number.")
     if not 0 < cfg.data.val_fraction < 1:
         problems.append(f"data.val_fraction={cfg.data.val_fraction} must lie strictly between 0 and 1.")
+    if cfg.trainer.precision not in PRECISIONS:
+        problems.append(f"trainer.precision={cfg.trainer.precision} must be one of {', '.join(PRECISIONS)}.")
     if cfg.pe and cfg.model.d_model % 2:
         problems.append(f"pe=true needs an even model.d_model (sin/cos pairs), got {cfg.model.d_model}.")
     if problems:
@@ -132,11 +144,11 @@ def resume_state(cfg: DictConfig) -> dict | None:
     if cfg.resume is None:
         return None
     state = load_training_state(Path(cfg.resume).expanduser() / "last.pt")
-    saved, now = (OmegaConf.to_container(c, resolve=True) for c in (OmegaConf.create(state["metadata"]["config"]), cfg))
-    changed = sorted(key for key in _flatten(saved).keys() | _flatten(now).keys()
-                     if _flatten(saved).get(key) != _flatten(now).get(key) and key not in RESUMABLE_CHANGES)
+    saved = _flatten(OmegaConf.to_container(OmegaConf.create(state["metadata"]["config"]), resolve=True))
+    now = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
     if changed:
-        original = " ".join(state["metadata"]["overrides"])
+        original = shlex.join(state["metadata"]["overrides"])
         raise UserError(f"resume={cfg.resume} continues a run with other settings ({', '.join(changed)} differ). "
                         f"Repeat its overrides: python -m train {original} resume={cfg.resume}")
     log.info(f"resuming {cfg.resume} after epoch {state['epoch']}")
@@ -154,7 +166,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     check_config(cfg)
     device = resolve_device(cfg.device)
     state = resume_state(cfg)
-    threads = torch_threads(cfg) if HydraConfig.initialized() else cfg.trainer.num_threads
+    threads = torch_threads(cfg)
     if threads:
         torch.set_num_threads(threads)
     seed_everything(cfg.seed)
@@ -166,14 +178,19 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     log.info(f"data: {len(corpus.train)} train / {len(corpus.val)} val / {len(corpus.test)} test, "
              f"classes {corpus.class_names}")
 
-    # Tokenizer: trained on the training texts only, cached, and copied into the run folder.
-    tokenizer = get_tokenizer(corpus.train.texts, cfg.tokenizer.vocab_size, cfg.tokenizer.base,
-                              cfg.tokenizer.cache_dir, cfg.data.max_length)
+    # Tokenizer: trained on the training texts only, cached, and copied into the run folder. A resumed run keeps the
+    # tokenizer it was trained with, whatever the cache holds now.
+    if state:
+        tokenizer = load_tokenizer(Path(cfg.resume).expanduser() / "tokenizer", cfg.data.max_length)
+    else:
+        tokenizer = get_tokenizer(corpus.train.texts, cfg.tokenizer.vocab_size, cfg.tokenizer.base,
+                                  cfg.tokenizer.cache_dir, cfg.data.max_length)
     tokenizer.save_pretrained(run_dir / "tokenizer")
     pin = device.type == "cuda"
     loaders = {
         name: make_loader(encode(tokenizer, split.texts, cfg.data.max_length), split.labels, cfg.trainer.batch_size,
-                          tokenizer.pad_token_id, shuffle=name == "train", seed=cfg.seed, pin_memory=pin)
+                          tokenizer.pad_token_id, shuffle=name == "train", seed=cfg.seed, pin_memory=pin,
+                          group_by_length=cfg.data.group_by_length)
         for name, split in corpus.splits().items()
     }
 
@@ -181,7 +198,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     model_config = ModelConfig(vocab_size=len(tokenizer), n_classes=len(corpus.class_names),
                                attention=cfg.model.attention, d_model=cfg.model.d_model, n_heads=cfg.model.n_heads,
                                mlp_hidden=cfg.model.mlp_hidden, bias=cfg.model.bias, dropout=cfg.model.dropout,
-                               pe=cfg.pe, max_length=cfg.model.max_length, pad_id=tokenizer.pad_token_id)
+                               pe=cfg.pe, max_length=cfg.model.max_length, pad_id=tokenizer.pad_token_id,
+                               cls_only=cfg.model.cls_only)
     model = TextClassifier(model_config).to(device)
     log.info(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}")
 
@@ -191,7 +209,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     metadata = {"config": OmegaConf.to_container(cfg, resolve=True),
                 "overrides": [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]}
     result = fit(model, loaders["train"], loaders["val"], epochs=cfg.trainer.epochs, lr=cfg.trainer.lr,
-                 weight_decay=cfg.trainer.weight_decay, device=device, state_path=run_dir / "last.pt",
+                 weight_decay=cfg.trainer.weight_decay, device=device, precision=cfg.trainer.precision,
+                 state_path=run_dir / "last.pt",
                  resume_state=state, metadata=metadata,
                  on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))
     history = result.history
@@ -203,12 +222,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         plot_loss_curve(history, run_dir / "loss_curve.png", title=title)
     metrics = {}
     for split in ("val", "test"):
-        evaluation = evaluate(model, loaders[split], device)
+        evaluation = evaluate(model, loaders[split], device, cfg.trainer.precision)
         metrics[split] = split_report(run_dir, split, evaluation.labels, evaluation.predictions, evaluation.loss,
                                       corpus.class_names)
     train_seconds = sum(row["epoch_seconds"] for row in history)
     metrics |= {
         "model": cfg.model.attention, "pe": cfg.pe, "seed": cfg.seed, "device": str(device),
+        "cls_only": cfg.model.cls_only, "precision": cfg.trainer.precision,
+        "group_by_length": cfg.data.group_by_length,
         "params": model.num_parameters(), "threads": torch.get_num_threads(), "epochs": len(history),
         "train_seconds": train_seconds,
         "epoch_seconds": [row["epoch_seconds"] for row in history],
@@ -231,7 +252,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     log.info(f"{status}val accuracy {metrics['val']['accuracy']:.4f}  test accuracy {metrics['test']['accuracy']:.4f}"
              f"  train {train_seconds:.1f}s  ->  {run_dir}")
     if result.interrupted:
-        log.info(f"continue with: python -m train {' '.join(metadata['overrides'])} resume={run_dir}")
+        log.info(f"continue with: python -m train {shlex.join(metadata['overrides'])} resume={run_dir}")
     return metrics
 
 

@@ -13,17 +13,21 @@ DATA_DIR = Path(os.environ.get("BBC_NEWS_PATH", REPO.parent / "shared" / "data" 
 MINILM_DIR = REPO.parent / "shared" / "tokenizers" / "all-MiniLM-L6-v2"
 
 
+def require(condition: bool, reason: str) -> None:
+    """Skip where the resource is simply absent; in CI, where it must be present, fail instead of passing green."""
+    if not condition:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    if not (DATA_DIR / "train.jsonl").is_file():
-        pytest.skip(f"bbc-news not found at {DATA_DIR}; set BBC_NEWS_PATH to a local copy")
-    return DATA_DIR
+    require((DATA_DIR / "train.jsonl").is_file(), f"bbc-news not found at {DATA_DIR}; set BBC_NEWS_PATH")
+    return DATA_DIR.resolve()
 
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    if not (MINILM_DIR / "tokenizer.json").is_file():
-        pytest.skip(f"all-MiniLM-L6-v2 tokenizer not found at {MINILM_DIR}")
+    require((MINILM_DIR / "tokenizer.json").is_file(), f"all-MiniLM-L6-v2 tokenizer not found at {MINILM_DIR}")
     return MINILM_DIR
 
 
@@ -35,11 +39,14 @@ def train_texts(data_dir) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def tokenizer_cache(tmp_path_factory) -> Path:
-    """Every test (and every subprocess it starts) caches tokenizers here, never in the user's home."""
-    cache = tmp_path_factory.mktemp("tokenizer-cache")
-    os.environ["MHA_TEXTCLF_CACHE"] = str(cache)
-    return cache
+def private_caches(tmp_path_factory) -> Path:
+    """Every test (and every subprocess it starts) caches tokenizers and datasets' Arrow files here, never in the
+    user's home: tests neither depend on nor pollute what the machine has cached."""
+    root = tmp_path_factory.mktemp("caches")
+    os.environ["MHA_TEXTCLF_CACHE"] = str(root / "mha-textclf")
+    os.environ["HF_HOME"] = str(root / "huggingface")
+    os.environ["HF_DATASETS_CACHE"] = str(root / "huggingface" / "datasets")
+    return root
 
 
 def write_jsonl(folder: Path, rows_by_split: dict[str, list[dict]]) -> Path:

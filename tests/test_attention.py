@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mha_textclf.attention import VARIANTS, build_attention
 
@@ -37,13 +36,22 @@ def random_padding(B, Tk, generator):
 
 
 def make_inputs(B, Tq, Tk, C, cross, seed=0):
+    """cross=False: self-attention (one tensor); "shared_kv": other queries over one key/value tensor; True: three."""
     g = torch.Generator().manual_seed(seed)
     query = torch.randn(B, Tq, C, generator=g)
-    if cross:
+    if cross == "shared_kv":
+        key = value = torch.randn(B, Tk, C, generator=g)
+    elif cross:
         key, value = torch.randn(B, Tk, C, generator=g), torch.randn(B, Tk, C, generator=g)
     else:
         key = value = query
     return query, key, value, random_padding(B, Tk, g)
+
+
+def leaves(query, key, value):
+    """Fresh leaf tensors with gradients, keeping which of query, key and value are one tensor."""
+    copies = {}
+    return [copies.setdefault(id(t), t.clone().requires_grad_()) for t in (query, key, value)]
 
 
 def build(variant, n_heads, C, bias, dropout=0.0, seed=0):
@@ -54,31 +62,31 @@ def build(variant, n_heads, C, bias, dropout=0.0, seed=0):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize(("n_heads", "C"), SHAPES)
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
-def test_outputs_and_gradients_match_the_reference(variant, n_heads, C, bias, cross):
+@pytest.mark.parametrize("cross", [False, True, "shared_kv"], ids=["self", "cross", "shared_kv"])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_outputs_and_gradients_match_the_reference(variant, n_heads, C, bias, cross, need_weights):
     B, Tq, Tk = 3, 7, (11 if cross else 7)
     query, key, value, mask = make_inputs(B, Tq, Tk, C, cross)
     attention = build(variant, n_heads, C, bias)
     # Random upstream gradient so that every output element matters.
     upstream = torch.randn(B, Tq, C, generator=torch.Generator().manual_seed(1))
 
-    inputs = [t.clone().requires_grad_() for t in (query, key, value)]
-    if not cross:
-        inputs = [inputs[0]] * 3  # self-attention: one tensor, passed three times
-    out, weights = attention(*inputs, key_padding_mask=mask, need_weights=True)
+    inputs = leaves(query, key, value)
+    out, weights = attention(*inputs, key_padding_mask=mask, need_weights=need_weights)
     (out * upstream).sum().backward()
 
     P = {name: p.detach().clone().requires_grad_() for name, p in attention.projections().items()}
-    ref_inputs = [t.clone().requires_grad_() for t in (query, key, value)]
-    if not cross:
-        ref_inputs = [ref_inputs[0]] * 3
+    ref_inputs = leaves(query, key, value)
     ref_out, ref_weights = reference_mha(*ref_inputs, mask, P, n_heads)
     (ref_out * upstream).sum().backward()
 
     torch.testing.assert_close(out, ref_out, atol=TOL, rtol=TOL)
-    torch.testing.assert_close(weights, ref_weights, atol=TOL, rtol=TOL)
-    assert weights.shape == (B, n_heads, Tq, Tk)
-    assert (weights.masked_select(mask[:, None, None, :].expand_as(weights)) == 0).all()  # exactly zero on padding
+    if need_weights:
+        torch.testing.assert_close(weights, ref_weights, atol=TOL, rtol=TOL)
+        assert weights.shape == (B, n_heads, Tq, Tk)
+        assert (weights.masked_select(mask[:, None, None, :].expand_as(weights)) == 0).all()  # exactly 0 on padding
+    else:
+        assert weights is None  # never materialised unless asked
     for got, want in zip(inputs, ref_inputs, strict=True):
         torch.testing.assert_close(got.grad, want.grad, atol=TOL, rtol=TOL)
     grads = attention.projection_grads()
@@ -177,4 +185,3 @@ def test_torch_variant_wraps_nn_multihead_attention():
     ours, _ = attention(x, x, x)
     theirs, _ = attention.mha(x, x, x)  # torch's own defaults (need_weights=True): same output
     torch.testing.assert_close(ours, theirs, atol=TOL, rtol=TOL)
-    assert F.scaled_dot_product_attention is not None

@@ -21,6 +21,8 @@ def bad_datasets(root):
                                                               for s in ("train", "test")}),
         "empty": write_jsonl(root / "empty", {"train": [], "test": rows(4)}),
         "one-class": write_jsonl(root / "one-class", {s: rows(8, label=lambda i: 0) for s in ("train", "test")}),
+        "tiny-class": write_jsonl(root / "tiny-class", {s: rows(8, label=lambda i: int(i == 0)) for s in ("train",
+                                                                                                      "test")}),
     }
 
 
@@ -42,6 +44,10 @@ CASES = [
     (["data.path={empty}"], "is empty", {}),
     (["data.path={one-class}"], "has a single class", {}),
     (["resume={tmp}"], "No training state (last.pt)", {}),
+    (["trainer.epochs=2.5"], "trainer.epochs=2.5 must be a positive whole number", {}),
+    (["data.max_train_samples=0"], "data.max_train_samples=0 must be a positive whole number (or null)", {}),
+    (["trainer.precision=fp16"], "trainer.precision=fp16 must be one of fp32, bf16", {}),
+    (["data.path={tiny-class}"], "Cannot carve a stratified validation split", {}),
 ]
 
 

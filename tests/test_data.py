@@ -86,3 +86,22 @@ def test_loader_order_is_a_function_of_the_seed():
 
     assert order(0) == order(0) != order(1)
     assert sorted(order(0)) == labels
+
+
+def test_length_grouped_batches_cover_everything_once_with_less_padding():
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(5, 500, (300,), generator=g).tolist()
+    ids, labels = [[1] * n for n in lengths], list(range(300))
+
+    def epochs(seed, grouped, n=2):
+        loader = make_loader(ids, labels, 8, 0, shuffle=True, seed=seed, group_by_length=grouped)
+        return [[(b["labels"].tolist(), int(b["padding_mask"].sum())) for b in loader] for _ in range(n)], loader
+
+    (first, second), loader = epochs(0, grouped=True)
+    assert len(first) == len(loader)
+    assert sorted(i for batch, _ in first for i in batch) == labels  # every text once per epoch
+    assert [b for b, _ in first] != [b for b, _ in second]  # a new order every epoch...
+    assert epochs(0, grouped=True)[0] == [first, second]  # ...that is a function of the seed
+    grouped_padding = sum(p for _, p in first)
+    plain_padding = sum(p for _, p in epochs(0, grouped=False)[0][0])
+    assert grouped_padding < plain_padding / 5

@@ -76,3 +76,20 @@ def test_positional_encoding_follows_the_formula_and_max_length():
     torch.testing.assert_close(pe[t, 2 * i + 1], torch.cos(torch.tensor(t / 10000 ** (2 * i / 8))))
     with pytest.raises(ValueError, match="max_length"):
         build(pe=True)(*batch([40]))
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("pe", [False, True])
+def test_cls_only_gives_the_same_logits_and_gradients(variant, pe):
+    full, fast = build(variant, pe), build(variant, pe, cls_only=True)  # same seed: same weights
+    ids, mask = batch([9, 5, 12])
+    full_logits, fast_logits = full.train()(ids, mask), fast.train()(ids, mask)
+    torch.testing.assert_close(fast_logits, full_logits, atol=1e-5, rtol=1e-5)
+    upstream = torch.randn_like(full_logits)
+    (full_logits * upstream).sum().backward()
+    (fast_logits * upstream).sum().backward()
+    for (name, a), (_, b) in zip(full.named_parameters(), fast.named_parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-5, msg=name)
+    # Heatmaps still get the full (B, nh, T, T) maps.
+    _, weights = fast.forward_with_weights(ids, mask, need_weights=True)
+    assert weights.shape == (3, 4, 12, 12)

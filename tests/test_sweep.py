@@ -1,5 +1,6 @@
 """Sweeps: failed jobs are reported and the rest summarised, parallel launchers work, the tokenizer cache is safe."""
 
+import importlib
 import json
 import multiprocessing as mp
 import os
@@ -10,11 +11,18 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from conftest import CONFIG_DIR, REPO, run_train
+from conftest import CONFIG_DIR, REPO, require, run_train
 from mha_textclf.summary import groups_table, runs_table
 from mha_textclf.tokenizer import load_tokenizer
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
+
+
+def require_plugin(name: str) -> None:
+    try:
+        importlib.import_module(f"hydra_plugins.{name}")
+    except ImportError:
+        require(False, f'{name} is not installed: pip install -e ".[launchers]"')
 
 
 @pytest.mark.slow
@@ -58,6 +66,22 @@ def test_groups_average_over_seeds_and_compare_speed(tmp_path):
     assert groups.loc["efficient", "epoch_time_vs_fastest"] == 1.0
 
 
+def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
+    for i, dropout in enumerate(["0.1", "0.1", "0.3", "0.3"]):
+        run = tmp_path / f"{i}_run"
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(f"- model.dropout={dropout}\n- seed={i}\n- trainer.epochs=2\n")
+        metrics = {"model": "efficient", "pe": False, "seed": i, "val": {"accuracy": 0.5 + i / 10, "macro_f1": 0.5},
+                   "test": {"accuracy": 0.5, "macro_f1": 0.5}, "epochs": 2, "train_seconds": 2.0,
+                   "epoch_seconds": [1.0, 1.0], "tokens_per_second": 1.0, "params": 10, "device": "cpu"}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    runs = runs_table(tmp_path)
+    assert "model.dropout" in runs.columns and "trainer.epochs" not in runs.columns  # only what varies
+    groups = groups_table(runs).set_index("model.dropout")
+    assert groups.loc["0.1", "runs"] == groups.loc["0.3", "runs"] == 2
+    assert groups.loc["0.3", "val_accuracy_mean"] == pytest.approx(0.75)
+
+
 def build_cache(cache_dir, texts, barrier):
     from mha_textclf.tokenizer import get_tokenizer
 
@@ -79,8 +103,7 @@ def test_two_processes_building_the_tokenizer_cache_at_once(train_texts, tmp_pat
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_parallel_launchers_run_a_two_job_sweep(launcher, data_dir, tmp_path):
-    pytest.importorskip({"joblib": "hydra_plugins.hydra_joblib_launcher",
-                         "submitit_local": "hydra_plugins.hydra_submitit_launcher"}[launcher])
+    require_plugin({"joblib": "hydra_joblib_launcher", "submitit_local": "hydra_submitit_launcher"}[launcher])
     sweep = tmp_path / "sweep"
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.cpus_per_task=1"]
     result = run_train("-m", f"hydra/launcher={launcher}", *extra, "model=efficient,torch", *TINY,
@@ -94,7 +117,7 @@ def test_parallel_launchers_run_a_two_job_sweep(launcher, data_dir, tmp_path):
 
 
 def test_slurm_config_composes_over_submitit():
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    require_plugin("hydra_submitit_launcher")
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
         cfg = compose("train", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
                       return_hydra_config=True)

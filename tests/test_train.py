@@ -86,13 +86,5 @@ def test_multirun_variants_agree(data_dir, tmp_path):
     assert len(summary) == 6 and set(summary["status"]) == {"ok"}
     assert sorted(zip(summary["model"], summary["pe"], strict=True)) == sorted(
         (m, pe) for m in ("naive", "efficient", "torch") for pe in (False, True))
-    assert "## By model and pe" in (sweep / "summary.md").read_text()
+    assert "## By model, pe" in (sweep / "summary.md").read_text()
     assert (sweep / "loss_curves.png").stat().st_size > 0 and (sweep / "accuracy_vs_time.png").stat().st_size > 0
-
-
-@pytest.mark.slow
-def test_invalid_config_fails_early_with_a_clear_message(data_dir, tmp_path):
-    result = run_train("model.n_heads=5", f"hydra.run.dir={tmp_path / 'bad'}", data_dir=data_dir)
-    assert result.returncode != 0
-    assert "model.d_model=64 is not divisible by model.n_heads=5" in result.stderr + result.stdout
-    assert "Traceback" not in result.stderr

@@ -188,9 +188,14 @@ class EfficientMultiHeadAttention(MultiHeadAttention):
         if query is key and key is value:  # self-attention: one (C -> 3C) matmul instead of three
             q, k, v = self.in_proj(query).split(C, dim=2)  # 3 × (B, T, C)
         else:
-            W_q, W_k, W_v = self.in_proj.weight.split(C)
-            b_q, b_k, b_v = self.in_proj.bias.split(C) if self.bias else (None, None, None)
-            q, k, v = F.linear(query, W_q, b_q), F.linear(key, W_k, b_k), F.linear(value, W_v, b_v)
+            W_q, W_kv = self.in_proj.weight.split([C, 2 * C])
+            b_q, b_kv = self.in_proj.bias.split([C, 2 * C]) if self.bias else (None, None)
+            q = F.linear(query, W_q, b_q)  # (B, Tq, C)
+            if key is value:  # e.g. a few queries over a sequence (cls_only): keys and values in one matmul
+                k, v = F.linear(key, W_kv, b_kv).split(C, dim=2)  # 2 × (B, Tk, C)
+            else:
+                (W_k, W_v), (b_k, b_v) = W_kv.split(C), (b_kv.split(C) if self.bias else (None, None))
+                k, v = F.linear(key, W_k, b_k), F.linear(value, W_v, b_v)
         q = q.view(B, Tq, nh, hs).transpose(1, 2)  # (B, nh, Tq, hs)
         k = k.view(B, Tk, nh, hs).transpose(1, 2)  # (B, nh, Tk, hs)
         v = v.view(B, Tk, nh, hs).transpose(1, 2)  # (B, nh, Tk, hs)

@@ -88,8 +88,12 @@ def load_training_state(path: Path, device: str | torch.device = "cpu") -> dict:
 
 def restore_training_state(state: dict, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                            loader_generator: torch.Generator) -> None:
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError) as e:
+        raise UserError(f"The training state to resume does not fit this model ({str(e).splitlines()[0]}); "
+                        "resume with the run's own settings.") from e
     torch.set_rng_state(state["rng"]["torch"].cpu())
     loader_generator.set_state(state["rng"]["loader"].cpu())
     if state["rng"]["cuda"] and torch.cuda.is_available():

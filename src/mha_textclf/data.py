@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.model_selection import train_test_split
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from mha_textclf.errors import UserError
 
@@ -53,9 +53,15 @@ def load_corpus(
         Split(frames[s]["text"].astype(str).tolist(), [index[v] for v in frames[s]["label"]]) for s in SPLITS
     )
     # Stratified so that a 307-article validation split has every class in its natural proportion for any seed.
-    train_idx, val_idx = train_test_split(
-        np.arange(len(train)), test_size=val_fraction, random_state=seed, stratify=train.labels
-    )
+    try:
+        train_idx, val_idx = train_test_split(
+            np.arange(len(train)), test_size=val_fraction, random_state=seed, stratify=train.labels
+        )
+    except ValueError as e:  # too few texts of a class, or fewer validation texts than classes
+        counts = dict(zip(class_names, np.bincount(train.labels, minlength=len(class_names)).tolist(), strict=True))
+        raise UserError(f"Cannot carve a stratified validation split ({val_fraction:g} of {len(train)} training "
+                        f"texts) from {path!r} with class counts {counts}: every class needs at least two texts and "
+                        "the split at least one per class. Change data.val_fraction or add data.") from e
     train, val = _take(train, train_idx), _take(train, val_idx)
     if max_train_samples is not None and max_train_samples < len(train):
         fraction = max_train_samples / len(train)
@@ -169,13 +175,43 @@ def collate(batch: list[tuple[list[int], int]], pad_id: int) -> dict[str, torch.
     return {"input_ids": input_ids, "padding_mask": padding_mask, "labels": labels}
 
 
+class LengthGroupedSampler(Sampler[list[int]]):
+    """Batches of texts of similar length, so dynamic padding pads little, in a random order every epoch.
+
+    Each epoch: shuffle all indices, cut them into chunks of `batch_size * group_size`, sort each chunk by length,
+    cut it into batches, shuffle the batches. Randomness comes only from `generator`: deterministic under the seed,
+    and resumable by saving the generator's state.
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, generator: torch.Generator, group_size: int = 50):
+        self.lengths, self.batch_size, self.generator, self.group_size = lengths, batch_size, generator, group_size
+
+    def __iter__(self):
+        order = torch.randperm(len(self.lengths), generator=self.generator).tolist()
+        chunk = self.batch_size * self.group_size
+        batches = []
+        for start in range(0, len(order), chunk):
+            group = sorted(order[start : start + chunk], key=lambda i: -self.lengths[i])
+            batches += [group[i : i + self.batch_size] for i in range(0, len(group), self.batch_size)]
+        for b in torch.randperm(len(batches), generator=self.generator).tolist():
+            yield batches[b]
+
+    def __len__(self) -> int:
+        chunk = self.batch_size * self.group_size
+        full, rest = divmod(len(self.lengths), chunk)
+        return full * self.group_size + math.ceil(rest / self.batch_size)
+
+
 def make_loader(
     input_ids: list[list[int]], labels: list[int], batch_size: int, pad_id: int, shuffle: bool = False,
-    seed: int = 0, pin_memory: bool = False,
+    seed: int = 0, pin_memory: bool = False, group_by_length: bool = False,
 ) -> DataLoader:
-    # A seeded generator of our own makes the batch order a function of `seed` alone.
+    """Batches of {input_ids, padding_mask, labels}; shuffled (optionally grouped by length) for training."""
+    # A seeded generator of our own makes the batch order a function of `seed` alone (and is saved for resume).
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(
-        TokenizedDataset(input_ids, labels), batch_size=batch_size, shuffle=shuffle, generator=generator,
-        collate_fn=lambda batch: collate(batch, pad_id), pin_memory=pin_memory,
-    )
+    dataset = TokenizedDataset(input_ids, labels)
+    common = {"collate_fn": lambda batch: collate(batch, pad_id), "pin_memory": pin_memory, "generator": generator}
+    if shuffle and group_by_length:
+        sampler = LengthGroupedSampler([len(ids) for ids in input_ids], batch_size, generator)
+        return DataLoader(dataset, batch_sampler=sampler, **common)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, **common)

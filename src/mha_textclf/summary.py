@@ -30,6 +30,17 @@ def _job_number(run_dir: Path) -> int:
     return int(head) if head.isdigit() else -1
 
 
+# Overrides that are already columns, or that say where things are rather than what was trained.
+NOT_SETTINGS = {"model", "pe", "seed", "data.path", "tokenizer.base", "tokenizer.cache_dir", "resume"}
+
+
+def run_overrides(run_dir: Path) -> dict[str, str]:
+    """The command-line settings a run was started with (Hydra's overrides.yaml), minus the ones above."""
+    path = run_dir / ".hydra" / "overrides.yaml"
+    pairs = [o.lstrip("+~").split("=", 1) for o in (yaml.safe_load(path.read_text()) or [])] if path.exists() else []
+    return {k: v for k, v in (p for p in pairs if len(p) == 2) if k not in NOT_SETTINGS and not k.startswith("hydra")}
+
+
 def run_row(run_dir: Path, root: Path) -> dict:
     """One row of the runs table. A folder without metrics.json is a failed run; error.txt says why, if present."""
     row = dict.fromkeys(RUN_COLUMNS) | {"run_dir": str(run_dir.relative_to(root)) or "."}
@@ -55,18 +66,32 @@ def run_row(run_dir: Path, root: Path) -> dict:
 
 
 def runs_table(folder: Path) -> pd.DataFrame:
+    """One row per run; every override that differs between runs (say model.dropout=0.1,0.3) becomes a column."""
     folder = Path(folder)
-    rows = [run_row(run_dir, folder) for run_dir in find_runs(folder)]
-    return pd.DataFrame(rows, columns=[*RUN_COLUMNS, "error"])
+    run_dirs = find_runs(folder)
+    rows = [run_row(run_dir, folder) for run_dir in run_dirs]
+    overrides = [run_overrides(run_dir) for run_dir in run_dirs]
+    keys = sorted({k for o in overrides for k in o})
+    varying = [k for k in keys if len({o.get(k) for o in overrides}) > 1]
+    table = pd.DataFrame(rows, columns=[*RUN_COLUMNS, "error"])
+    for position, key in enumerate(varying, start=RUN_COLUMNS.index("seed") + 1):
+        table.insert(position, key, [o.get(key, "(default)") for o in overrides])
+    return table
+
+
+def setting_columns(runs: pd.DataFrame) -> list[str]:
+    """The columns `runs_table` added for overrides that vary across runs."""
+    return [c for c in runs.columns if c not in RUN_COLUMNS and c != "error"]
 
 
 def groups_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds for each (model, pe) among finished runs, and the speed ratio to the fastest group."""
+    """Mean and std over seeds for each (model, pe, varying settings) among finished runs, and each group's median
+    epoch time relative to the fastest group. Runs are only averaged with runs of the same settings."""
     done = runs[runs["status"] == "ok"].copy()
     if done.empty:
         return pd.DataFrame()
     done["pe"] = done["pe"].astype(str)  # baselines without a pe value still group
-    grouped = done.groupby(["model", "pe"], sort=True)
+    grouped = done.groupby(["model", "pe", *setting_columns(runs)], sort=True)
     table = grouped[GROUP_METRICS].agg(["mean", "std"])
     table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
     table.insert(0, "runs", grouped.size())
@@ -91,7 +116,8 @@ def write_summary(folder: str | Path) -> dict[str, Path]:
 def summary_markdown(runs: pd.DataFrame, groups: pd.DataFrame) -> str:
     parts = ["# Sweep summary", ""]
     if not groups.empty:
-        parts += ["## By model and pe (mean ± std over seeds)", "", markdown_table(_readable_groups(groups)), ""]
+        readable = _readable_groups(groups, setting_columns(runs))
+        parts += ["## By model, pe and varying settings (mean ± std over seeds)", "", markdown_table(readable), ""]
     shown = runs.drop(columns=["error"]).copy()
     for column in ("val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1"):
         shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
@@ -105,14 +131,15 @@ def summary_markdown(runs: pd.DataFrame, groups: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-def _readable_groups(groups: pd.DataFrame) -> pd.DataFrame:
+def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     def pm(metric: str, fmt: str) -> pd.Series:
         # A single seed has no spread to report: show its value alone rather than a misleading "± 0".
         return pd.Series([f"{m:{fmt}}" if pd.isna(s) else f"{m:{fmt}} ± {s:{fmt}}"
                           for m, s in zip(groups[f"{metric}_mean"], groups[f"{metric}_std"], strict=True)])
 
+    settings = {c: groups[c] for c in settings}
     return pd.DataFrame({
-        "model": groups["model"], "pe": groups["pe"], "runs": groups["runs"],
+        "model": groups["model"], "pe": groups["pe"], **settings, "runs": groups["runs"],
         "val accuracy": pm("val_accuracy", ".4f"), "test accuracy": pm("test_accuracy", ".4f"),
         "val macro-F1": pm("val_macro_f1", ".4f"), "test macro-F1": pm("test_macro_f1", ".4f"),
         "train s": pm("train_seconds", ".1f"), "median epoch s": pm("median_epoch_seconds", ".2f"),

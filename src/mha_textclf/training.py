@@ -6,6 +6,7 @@ import logging
 import math
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from mha_textclf.checkpoint import load_training_state, restore_training_state, save_training_state
+from mha_textclf.checkpoint import restore_training_state, save_training_state
 from mha_textclf.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -58,14 +59,25 @@ def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast (matmuls and attention in bfloat16, reductions and the loss in float32) or plain fp32."""
+    if precision not in PRECISIONS:
+        raise UserError(f"trainer.precision={precision!r}; choose one of {', '.join(PRECISIONS)}.")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> Evaluation:
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32") -> Evaluation:
     """Mean cross-entropy over all samples, with labels and argmax predictions in loader order."""
     model.eval()
     total_loss, labels, predictions = 0.0, [], []
     for batch in loader:
         batch = _to(batch, device)
-        logits = model(batch["input_ids"], batch["padding_mask"])
+        with autocast(device, precision):
+            logits = model(batch["input_ids"], batch["padding_mask"]).float()
         total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
         labels += batch["labels"].tolist()
         predictions += logits.argmax(-1).tolist()
@@ -94,14 +106,19 @@ class _StopOnSignal:
             signal.signal(sig, self._previous[sig])
 
     def __enter__(self):
-        self._previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
-        for sig in self.SIGNALS:
-            signal.signal(sig, self._handle)
+        # Python lets only the main thread install handlers; elsewhere (a threaded launcher) signals keep their
+        # default behaviour.
+        self._active = threading.current_thread() is threading.main_thread()
+        if self._active:
+            self._previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
+            for sig in self.SIGNALS:
+                signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc):
-        for sig in self.SIGNALS:
-            signal.signal(sig, self._previous[sig])
+        if self._active:
+            for sig in self.SIGNALS:
+                signal.signal(sig, self._previous[sig])
 
 
 @dataclass
@@ -112,15 +129,17 @@ class FitResult:
 
 def fit(
     model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, *, epochs: int, lr: float,
-    weight_decay: float, device: torch.device, state_path: Path | None = None, resume_state: dict | None = None,
-    metadata: dict | None = None, on_epoch_end: Callable[[dict], None] = lambda row: None,
+    weight_decay: float, device: torch.device, precision: str = "fp32", state_path: Path | None = None,
+    resume_state: dict | None = None, metadata: dict | None = None,
+    on_epoch_end: Callable[[dict], None] = lambda row: None,
 ) -> FitResult:
     """Train with AdamW + cross-entropy, validating after every epoch.
 
     After each epoch `on_epoch_end(row)` runs and, with `state_path`, the whole training state (model, optimiser,
     RNG states, history, `metadata`) is saved there atomically: finished work is on disk before the next epoch.
     `resume_state` (a loaded state) continues after its epoch, reproducing the uninterrupted run exactly.
-    On SIGINT/SIGTERM the current epoch is abandoned and the model goes back to the last finished epoch.
+    On SIGINT/SIGTERM the current epoch is abandoned and the model goes back to the last finished epoch (to its
+    initial weights when none has finished).
     Rows hold epoch, train_loss, val_loss, val_accuracy, epoch_seconds and train_tokens (real, non-padding tokens).
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -129,19 +148,20 @@ def fit(
     if resume_state is not None:
         restore_training_state(resume_state, model=model, optimizer=optimizer, loader_generator=generator)
         history, first_epoch = list(resume_state["history"]), resume_state["epoch"] + 1
+    last_finished = _snapshot(model)  # what an interruption goes back to (~90k floats: cheap to keep)
     with _StopOnSignal() as stop:
         for epoch in range(first_epoch, epochs + 1):
-            row = _train_epoch(model, train_loader, optimizer, device, epoch, epochs, stop)
+            row = _train_epoch(model, train_loader, optimizer, device, precision, epoch, epochs, stop)
             if stop.signal:
-                if history and state_path is not None:  # back to the last finished epoch, as saved
-                    model.load_state_dict(load_training_state(state_path, device)["model"])
+                model.load_state_dict(last_finished)
                 return FitResult(history, interrupted=stop.signal)
-            val = evaluate(model, val_loader, device)
+            val = evaluate(model, val_loader, device, precision)
             row |= {"val_loss": val.loss, "val_accuracy": val.accuracy}
             log.info(f"epoch {epoch}/{epochs}: train_loss {row['train_loss']:.4f}  val_loss {val.loss:.4f}  "
                      f"val_accuracy {val.accuracy:.4f}  ({row['epoch_seconds']:.1f}s)")
             history.append(row)
             on_epoch_end(row)
+            last_finished = _snapshot(model)
             if state_path is not None:
                 save_training_state(state_path, model=model, optimizer=optimizer, loader_generator=generator,
                                     epoch=epoch, history=history, metadata=metadata or {})
@@ -150,15 +170,21 @@ def fit(
     return FitResult(history)
 
 
-def _train_epoch(model, loader, optimizer, device, epoch: int, epochs: int, stop: _StopOnSignal) -> dict:
+def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+def _train_epoch(model, loader, optimizer, device, precision: str, epoch: int, epochs: int,
+                 stop: _StopOnSignal) -> dict:
     model.train()
     start = time.perf_counter()
     total_loss, n_samples, n_tokens = 0.0, 0, 0
     bar = tqdm(loader, desc=f"epoch {epoch}/{epochs}", leave=False, dynamic_ncols=True)
     for step, batch in enumerate(bar, start=1):
         batch = _to(batch, device)
-        logits = model(batch["input_ids"], batch["padding_mask"])
-        loss = F.cross_entropy(logits, batch["labels"])
+        with autocast(device, precision):
+            logits = model(batch["input_ids"], batch["padding_mask"])
+        loss = F.cross_entropy(logits.float(), batch["labels"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -1,0 +1,33 @@
+"""The benchmark runs end to end in its quick form, and counts FLOPs the way its report claims."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from mha_textclf.benchmark import attention_flops
+
+
+def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
+    B, C = 2, 8
+    assert attention_flops(B, 1, 1, C) == 3 * (2 * B * C * C * 4 + 2 * B * C * 2)
+    full = [attention_flops(B, T, T, C) for T in (256, 512, 1024)]
+    cls_only = [attention_flops(B, 1, T, C) for T in (256, 512, 1024)]
+    assert full[2] / full[1] > 3.5 and cls_only[2] / cls_only[1] == pytest.approx(2, rel=0.01)
+
+
+@pytest.mark.slow
+def test_quick_benchmark_writes_measurements_ratios_and_plot(tmp_path):
+    result = subprocess.run([sys.executable, "scripts/benchmark.py", "--quick", "--devices", "cpu", "--out",
+                             str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = pd.read_csv(tmp_path / "benchmark.csv")
+    assert len(results) == 3 * 2 * 2  # variants × modes × T
+    assert set(results["variant"]) == {"naive", "efficient", "torch"} and set(results["T"]) == {16, 32}
+    assert (results["ms"] > 0).all() and (results["peak_mb"] >= 0).all() and (results["gflops"] > 0).all()
+    ratios = pd.read_csv(tmp_path / "ratios.csv")
+    assert {"efficient/torch (full)", "naive/efficient (full)", "full/cls_only (efficient)"} <= set(ratios.columns)
+    assert (tmp_path / "benchmark.png").stat().st_size > 0
+    assert "ratios (time)" in result.stdout and "% of matmul peak" in result.stdout
