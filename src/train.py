@@ -15,6 +15,7 @@ import shlex
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import hydra
@@ -42,7 +43,7 @@ from mha_textclf.reports import (
 )
 from mha_textclf.summary import write_summary
 from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
-from mha_textclf.training import PRECISIONS, evaluate, fit, resolve_device, seed_everything
+from mha_textclf.training import PRECISIONS, SCHEDULES, TrainConfig, evaluate, fit, resolve_device, seed_everything
 
 log = logging.getLogger("train")
 
@@ -119,7 +120,7 @@ def check_config(cfg: DictConfig) -> None:
                         "each head gets d_model // n_heads dimensions.")
     counts = ["trainer.epochs", "trainer.batch_size", "data.max_length", "tokenizer.vocab_size", "model.d_model",
               "model.n_heads", "model.mlp_hidden"]
-    optional_counts = ["data.max_train_samples", "data.max_eval_samples", "trainer.num_threads"]
+    optional_counts = ["data.max_train_samples", "data.max_eval_samples", "trainer.num_threads", "trainer.patience"]
     for key in counts + optional_counts:
         value = OmegaConf.select(cfg, key)
         if value is None and key in optional_counts:
@@ -133,6 +134,11 @@ def check_config(cfg: DictConfig) -> None:
         problems.append(f"data.val_fraction={cfg.data.val_fraction} must lie strictly between 0 and 1.")
     if cfg.trainer.precision not in PRECISIONS:
         problems.append(f"trainer.precision={cfg.trainer.precision} must be one of {', '.join(PRECISIONS)}.")
+    if cfg.trainer.schedule not in SCHEDULES:
+        problems.append(f"trainer.schedule={cfg.trainer.schedule} must be one of {', '.join(SCHEDULES)}.")
+    for key in ("model.dropout", "model.embedding_dropout", "model.mlp_dropout", "trainer.label_smoothing"):
+        if not 0 <= OmegaConf.select(cfg, key) < 1:
+            problems.append(f"{key}={OmegaConf.select(cfg, key)} must lie in [0, 1).")
     if cfg.pe and cfg.model.d_model % 2:
         problems.append(f"pe=true needs an even model.d_model (sin/cos pairs), got {cfg.model.d_model}.")
     if problems:
@@ -199,7 +205,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                                attention=cfg.model.attention, d_model=cfg.model.d_model, n_heads=cfg.model.n_heads,
                                mlp_hidden=cfg.model.mlp_hidden, bias=cfg.model.bias, dropout=cfg.model.dropout,
                                pe=cfg.pe, max_length=cfg.model.max_length, pad_id=tokenizer.pad_token_id,
-                               cls_only=cfg.model.cls_only)
+                               cls_only=cfg.model.cls_only, embedding_dropout=cfg.model.embedding_dropout,
+                               mlp_dropout=cfg.model.mlp_dropout)
     model = TextClassifier(model_config).to(device)
     log.info(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}")
 
@@ -208,15 +215,17 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         append_history(run_dir / "history.csv", row)
     metadata = {"config": OmegaConf.to_container(cfg, resolve=True),
                 "overrides": [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]}
-    result = fit(model, loaders["train"], loaders["val"], epochs=cfg.trainer.epochs, lr=cfg.trainer.lr,
-                 weight_decay=cfg.trainer.weight_decay, device=device, precision=cfg.trainer.precision,
-                 state_path=run_dir / "last.pt",
-                 resume_state=state, metadata=metadata,
+    training = TrainConfig(epochs=cfg.trainer.epochs, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
+                           schedule=cfg.trainer.schedule, warmup_epochs=cfg.trainer.warmup_epochs,
+                           grad_clip=cfg.trainer.grad_clip, label_smoothing=cfg.trainer.label_smoothing,
+                           patience=cfg.trainer.patience, precision=cfg.trainer.precision)
+    result = fit(model, loaders["train"], loaders["val"], training, device, state_path=run_dir / "last.pt",
+                 best_path=run_dir / "best.pt", resume_state=state, metadata=metadata,
                  on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))
     history = result.history
     save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
 
-    # Reports: the last epoch's model on val, then the official test split, evaluated once.
+    # Reports: the best epoch's model (lowest validation loss) on val, then the official test split, evaluated once.
     title = f"{cfg.model.attention}, pe={cfg.pe}, seed={cfg.seed}"
     if history:
         plot_loss_curve(history, run_dir / "loss_curve.png", title=title)
@@ -228,9 +237,14 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     train_seconds = sum(row["epoch_seconds"] for row in history)
     metrics |= {
         "model": cfg.model.attention, "pe": cfg.pe, "seed": cfg.seed, "device": str(device),
-        "cls_only": cfg.model.cls_only, "precision": cfg.trainer.precision,
-        "group_by_length": cfg.data.group_by_length,
+        "cls_only": cfg.model.cls_only, "group_by_length": cfg.data.group_by_length,
         "params": model.num_parameters(), "threads": torch.get_num_threads(), "epochs": len(history),
+        "best_epoch": result.best_epoch, "stopped_early": result.stopped_early,
+        "training": asdict(training), "regularisation": {"embedding_dropout": cfg.model.embedding_dropout,
+                                                          "attention_dropout": cfg.model.dropout,
+                                                          "mlp_dropout": cfg.model.mlp_dropout,
+                                                          "weight_decay": cfg.trainer.weight_decay,
+                                                          "label_smoothing": cfg.trainer.label_smoothing},
         "train_seconds": train_seconds,
         "epoch_seconds": [row["epoch_seconds"] for row in history],
         "tokens_per_second": sum(row["train_tokens"] for row in history) / train_seconds if history else 0.0,

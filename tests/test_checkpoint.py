@@ -14,6 +14,10 @@ def build(variant="naive", pe=True):
                                       mlp_hidden=32, pe=pe, max_length=32)).eval()
 
 
+def scheduler(optimizer):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+
 def test_model_checkpoint_round_trip(tmp_path):
     model = build()
     ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
@@ -69,8 +73,9 @@ def test_a_truncated_training_state_is_a_clear_error(tmp_path):
     model = build()
     optimizer = torch.optim.AdamW(model.parameters())
     path = tmp_path / "last.pt"
-    ckpt.save_training_state(path, model=model, optimizer=optimizer, loader_generator=torch.Generator(), epoch=3,
-                             history=[{"epoch": 1}], metadata={"config": {}})
+    ckpt.save_training_state(path, model=model, optimizer=optimizer, scheduler=scheduler(optimizer),
+                             loader_generator=torch.Generator(), epoch=3, history=[{"epoch": 1}], best={},
+                             metadata={"config": {}})
     assert ckpt.load_training_state(path)["epoch"] == 3
     path.write_bytes(path.read_bytes()[:1000])  # as if killed mid-write without the atomic rename
     with pytest.raises(UserError, match="not a checkpoint this project can load safely"):
@@ -83,15 +88,16 @@ def test_training_state_restores_rng_and_optimizer(tmp_path):
     model(torch.randint(5, 50, (2, 6))).sum().backward()
     optimizer.step()
     torch.manual_seed(9)
-    ckpt.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer, loader_generator=generator,
-                             epoch=1, history=[], metadata={})
+    ckpt.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer, scheduler=scheduler(optimizer),
+                             loader_generator=generator, epoch=1, history=[], best={}, metadata={})
     expected = (torch.rand(3), torch.rand(3, generator=generator))
 
     other, other_generator = build(pe=True), torch.Generator()
     other_optimizer = torch.optim.AdamW(other.parameters(), lr=0.1)
     torch.manual_seed(123)
     ckpt.restore_training_state(ckpt.load_training_state(tmp_path / "last.pt"), model=other,
-                                optimizer=other_optimizer, loader_generator=other_generator)
+                                optimizer=other_optimizer, scheduler=scheduler(other_optimizer),
+                                loader_generator=other_generator)
     assert torch.equal(torch.rand(3), expected[0])
     assert torch.equal(torch.rand(3, generator=other_generator), expected[1])
     for a, b in zip(model.parameters(), other.parameters(), strict=True):

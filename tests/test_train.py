@@ -15,8 +15,8 @@ SMOKE = ["data.max_train_samples=48", "trainer.epochs=2", "trainer.batch_size=16
 CONTRACT = [".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "history.csv", "loss_curve.png",
             "classification_report_val.txt", "classification_report_val.json", "classification_report_test.txt",
             "classification_report_test.json", "confusion_matrix_val.png", "confusion_matrix_test.png",
-            "metrics.json", "model.pt", "tokenizer/tokenizer.json", "attention_can_you_can_that.png",
-            "order_probe.json"]
+            "metrics.json", "model.pt", "best.pt", "last.pt", "tokenizer/tokenizer.json",
+            "attention_can_you_can_that.png", "order_probe.json"]
 
 
 def history(run_dir: Path) -> list[dict]:
@@ -44,7 +44,8 @@ def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
 
     rows = history(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2]
-    assert rows[-1]["val_accuracy"] == pytest.approx(metrics["val"]["accuracy"])
+    best = min(rows, key=lambda r: r["val_loss"])  # reports come from the epoch with the lowest validation loss
+    assert metrics["best_epoch"] == best["epoch"] and best["val_accuracy"] == pytest.approx(metrics["val"]["accuracy"])
     report = json.loads((run_dir / "classification_report_test.json").read_text())
     assert set(metrics["class_names"]) <= set(report)  # class names, not ids
     assert "epoch 2/2" in (run_dir / "train.log").read_text()
@@ -88,3 +89,26 @@ def test_multirun_variants_agree(data_dir, tmp_path):
         (m, pe) for m in ("naive", "efficient", "torch") for pe in (False, True))
     assert "## By model, pe" in (sweep / "summary.md").read_text()
     assert (sweep / "loss_curves.png").stat().st_size > 0 and (sweep / "accuracy_vs_time.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_long_inputs_and_early_stopping_end_to_end(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_train("pe=true", "data.max_length=1024", "data.max_train_samples=48", "trainer.epochs=4",
+                       "trainer.patience=1", "trainer.lr=3e-2", "trainer.schedule=cosine", "trainer.warmup_epochs=1",
+                       "trainer.grad_clip=1.0", "trainer.label_smoothing=0.1", "model.embedding_dropout=0.1",
+                       "model.mlp_dropout=0.1", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    model, _ = load_checkpoint(run_dir / "model.pt")
+    assert model.positional.pe.shape[0] == 1024  # the PE buffer follows data.max_length...
+    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length=1024)
+    longest = max(len(ids) for ids in tokenizer([t for t in pd.read_json(data_dir / "train.jsonl", lines=True)["text"]
+                                                 [:50]], truncation=True, max_length=1024)["input_ids"])
+    assert 512 < longest <= 1024  # ...and so does truncation
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    rows = history(run_dir)
+    best = min(rows, key=lambda r: r["val_loss"])
+    assert metrics["best_epoch"] == best["epoch"] and (run_dir / "best.pt").exists()
+    assert metrics["val"]["loss"] == pytest.approx(best["val_loss"], rel=1e-6)  # reported from the best epoch
+    assert metrics["training"]["schedule"] == "cosine" and metrics["regularisation"]["embedding_dropout"] == 0.1
+    assert metrics["stopped_early"] == (len(rows) < 4)

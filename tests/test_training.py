@@ -1,16 +1,19 @@
 """The training loop on synthetic data: precision, divergence, devices."""
 
+import itertools
 import os
 import signal
 
 import pytest
 import torch
 
-from mha_textclf.checkpoint import load_training_state
+from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
-from mha_textclf.training import DivergenceError, autocast, fit, resolve_device
+from mha_textclf.training import DivergenceError, TrainConfig, autocast, fit, lr_factor, resolve_device
+
+CPU = torch.device("cpu")
 
 
 def toy_problem(n=64, seed=0):
@@ -36,8 +39,8 @@ def model(**overrides):
 def test_fit_learns_the_toy_problem(precision):
     ids, labels = toy_problem()
     train = make_loader(ids, labels, 8, 0, shuffle=True, seed=0)
-    result = fit(model(), train, make_loader(ids, labels, 16, 0), epochs=15, lr=1e-2, weight_decay=0.0,
-                 device=torch.device("cpu"), precision=precision)
+    result = fit(model(), train, make_loader(ids, labels, 16, 0),
+                 TrainConfig(epochs=15, lr=1e-2, weight_decay=0.0, precision=precision), CPU)
     assert len(result.history) == 15 and result.interrupted is None
     assert result.history[-1]["train_loss"] < 0.5 * result.history[0]["train_loss"]
     assert result.history[-1]["val_accuracy"] >= 0.9
@@ -51,11 +54,11 @@ def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     def poison_after_first_epoch(row):
         rows.append(row)
         with torch.no_grad():
-            net.classifier[0].weight.fill_(float("nan"))
+            net.classifier[1].weight.fill_(float("nan"))
 
     with pytest.raises(DivergenceError, match="became nan at epoch 2, step 1"):
-        fit(net, make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0), epochs=3, lr=1e-3,
-            weight_decay=0.0, device=torch.device("cpu"), on_epoch_end=poison_after_first_epoch)
+        fit(net, make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+            TrainConfig(epochs=3, lr=1e-3), CPU, on_epoch_end=poison_after_first_epoch)
     assert [r["epoch"] for r in rows] == [1]
 
 
@@ -69,13 +72,11 @@ def test_unknown_precision_and_device_are_clear_errors():
 
 def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_the_resumed_state(tmp_path):
     ids, labels = toy_problem()
-    cpu = torch.device("cpu")
-
     def loaders():
         return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)
 
     first = model()
-    fit(first, *loaders(), epochs=1, lr=1e-2, weight_decay=0.0, device=cpu, state_path=tmp_path / "last.pt")
+    fit(first, *loaders(), TrainConfig(epochs=1, lr=1e-2), CPU, state_path=tmp_path / "last.pt")
     state = load_training_state(tmp_path / "last.pt")
 
     resumed, calls = model(), []
@@ -88,8 +89,73 @@ def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_the_
         return forward(*args, **kwargs)
 
     resumed.forward = interrupting_forward
-    result = fit(resumed, *loaders(), epochs=3, lr=1e-2, weight_decay=0.0, device=cpu, resume_state=state,
+    result = fit(resumed, *loaders(), TrainConfig(epochs=3, lr=1e-2), CPU, resume_state=state,
                  state_path=tmp_path / "new" / "last.pt")
     assert result.interrupted == "SIGINT" and [r["epoch"] for r in result.history] == [1]
     for name, tensor in resumed.state_dict().items():
         assert torch.equal(tensor, state["model"][name]), name  # back to where the resumed run started
+
+
+def test_schedule_warms_up_then_decays():
+    total, warmup = 100, 10
+    factors = {name: [lr_factor(step, total, warmup, name) for step in range(total)] for name in
+               ("constant", "linear", "cosine")}
+    for f in factors.values():
+        assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)  # linear warm-up to the base rate
+        assert all(a <= b for a, b in itertools.pairwise(f[:10]))
+    assert factors["constant"][50] == 1.0
+    assert factors["linear"][55] == pytest.approx(0.5) and factors["cosine"][55] == pytest.approx(0.5)
+    assert factors["cosine"][30] > factors["linear"][30]  # cosine stays high longer...
+    assert factors["cosine"][-1] < 0.001 and factors["linear"][-1] < 0.02  # ...and both end near zero
+    with pytest.raises(UserError, match=r"trainer\.schedule='step'"):
+        TrainConfig(schedule="step")
+
+
+def test_early_stopping_keeps_the_best_epoch_and_writes_best_pt(tmp_path):
+    ids, labels = toy_problem()
+    # A tiny, noisy validation set and a high learning rate: the validation loss soon stops improving.
+    val = make_loader(ids[:6], [1 - y for y in labels[:6]], 16, 0)
+    net = model()
+    result = fit(net, make_loader(ids, labels, 8, 0, shuffle=True), val, TrainConfig(epochs=30, lr=3e-2, patience=2),
+                 CPU, best_path=tmp_path / "best.pt")
+    losses = [row["val_loss"] for row in result.history]
+    assert result.stopped_early and len(result.history) < 30
+    assert result.best_epoch == 1 + losses.index(min(losses))
+    assert len(result.history) == result.best_epoch + 2  # patience 2: two epochs without improvement
+    best, _ = load_checkpoint(tmp_path / "best.pt")
+    for name, tensor in net.state_dict().items():  # the model ends with the best epoch's weights
+        assert torch.equal(tensor, best.state_dict()[name]), name
+
+
+def test_label_smoothing_changes_the_training_loss_only():
+    ids, labels = toy_problem()
+    rows = {}
+    for smoothing in (0.0, 0.3):  # lr = 0: the model never changes, so train and val see the same function
+        result = fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+                     TrainConfig(epochs=1, lr=0.0, weight_decay=0.0, label_smoothing=smoothing), CPU)
+        rows[smoothing] = result.history[0]
+    assert rows[0.0]["train_loss"] == pytest.approx(rows[0.0]["val_loss"], rel=1e-5)
+    assert rows[0.3]["val_loss"] == pytest.approx(rows[0.0]["val_loss"], rel=1e-6)
+    assert rows[0.3]["train_loss"] != pytest.approx(rows[0.3]["val_loss"], rel=1e-3)
+
+
+def test_gradient_clipping_reaches_the_update():
+    ids, labels = toy_problem()
+    moved = {}
+    for clip in (None, 1e-12):
+        net = model()
+        before = torch.cat([p.detach().flatten().clone() for p in net.parameters()])
+        fit(net, make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+            TrainConfig(epochs=1, lr=1e-2, weight_decay=0.0, grad_clip=clip), CPU)
+        moved[clip] = (torch.cat([p.detach().flatten() for p in net.parameters()]) - before).abs().max().item()
+    # Adam normalises gradient scale away, except below its eps: clipped to 1e-12 the steps all but vanish.
+    assert moved[1e-12] < 1e-3 * moved[None]
+
+
+def test_embedding_and_mlp_dropout_act_in_training_only():
+    net = model(embedding_dropout=0.5, mlp_dropout=0.5)
+    ids = torch.randint(10, 50, (4, 12))
+    net.eval()
+    assert torch.equal(net(ids), net(ids))
+    net.train()
+    assert not torch.allclose(net(ids), net(ids))

@@ -17,7 +17,7 @@ from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
 
 CHECKPOINT_FORMAT = "mha-textclf/1"
-TRAINING_STATE_FORMAT = "mha-textclf-training-state/1"
+TRAINING_STATE_FORMAT = "mha-textclf-training-state/2"
 
 
 def atomic_save(obj: dict, path: Path) -> None:
@@ -64,16 +64,24 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
     return model.to(device).eval(), checkpoint["class_names"]
 
 
+def save_best(path: Path, model: TextClassifier) -> None:
+    """The best epoch's weights so far (best.pt), in model.pt's format minus the class names it cannot know."""
+    atomic_save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": [],
+                 "state_dict": model.state_dict()}, path)
+
+
 def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                        loader_generator: torch.Generator, epoch: int, history: list[dict], metadata: dict) -> None:
+                        scheduler: torch.optim.lr_scheduler.LRScheduler, loader_generator: torch.Generator,
+                        epoch: int, history: list[dict], best: dict, metadata: dict) -> None:
     """Everything needed to continue after `epoch` exactly as if training had never stopped.
 
     The loop draws random numbers only from torch (dropout: the global generator, batch order: the loader's own), so
-    those generators' states are all the randomness there is to save.
+    those generators' states are all the randomness there is to save. `best` is the early-stopping state: the best
+    epoch so far, its validation loss and its weights.
     """
     atomic_save({
-        "format": TRAINING_STATE_FORMAT, "epoch": epoch, "history": history, "metadata": metadata,
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "format": TRAINING_STATE_FORMAT, "epoch": epoch, "history": history, "best": best, "metadata": metadata,
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
         "rng": {"torch": torch.get_rng_state(), "loader": loader_generator.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }, path)
@@ -87,13 +95,14 @@ def load_training_state(path: Path, device: str | torch.device = "cpu") -> dict:
 
 
 def restore_training_state(state: dict, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                           loader_generator: torch.Generator) -> None:
+                           scheduler: torch.optim.lr_scheduler.LRScheduler, loader_generator: torch.Generator) -> None:
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
     except (RuntimeError, ValueError) as e:
         raise UserError(f"The training state to resume does not fit this model ({str(e).splitlines()[0]}); "
                         "resume with the run's own settings.") from e
+    scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["rng"]["torch"].cpu())
     loader_generator.set_state(state["rng"]["loader"].cpu())
     if state["rng"]["cuda"] and torch.cuda.is_available():

@@ -21,6 +21,8 @@ class ModelConfig:
     mlp_hidden: int = 128
     bias: bool = True
     dropout: float = 0.0  # on the attention weights
+    embedding_dropout: float = 0.0  # on the token (+ position) embeddings
+    mlp_dropout: float = 0.0  # on the [CLS] vector entering the classifier
     pe: bool = False
     max_length: int = 512  # longest input the positional encoding covers
     pad_id: int = 0
@@ -66,8 +68,10 @@ class TextClassifier(nn.Module):
         self.positional = SinusoidalPositionalEncoding(config.max_length, C) if config.pe else None
         self.attention = build_attention(config.attention, C, config.n_heads, bias=config.bias,
                                          dropout=config.dropout)
+        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
         self.classifier = nn.Sequential(
-            nn.Linear(C, config.mlp_hidden), nn.ReLU(), nn.Linear(config.mlp_hidden, config.n_classes)
+            nn.Dropout(config.mlp_dropout),
+            nn.Linear(C, config.mlp_hidden), nn.ReLU(), nn.Linear(config.mlp_hidden, config.n_classes),
         )
 
     def forward(self, input_ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
@@ -80,6 +84,7 @@ class TextClassifier(nn.Module):
         x = self.embedding(input_ids)  # (B, T, C)
         if self.positional is not None:
             x = self.positional(x)
+        x = self.embedding_dropout(x)  # drops whole embedding dimensions of tokens at random while training
         # The classifier reads only the [CLS] output, and with a single attention layer that output depends only
         # on the [CLS] query: the other T-1 query rows are wasted work. cls_only computes that one row, O(T) instead
         # of O(T²), with the same logits and gradients. Full maps are still computed when weights are asked for.

@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.figure import Figure  # the object API: no pyplot global state, no display backend needed
 from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classification_report, f1_score
 
-HISTORY_COLUMNS = ["epoch", "train_loss", "val_loss", "val_accuracy", "epoch_seconds"]
+HISTORY_COLUMNS = ["epoch", "train_loss", "val_loss", "val_accuracy", "epoch_seconds", "lr"]
 LIBRARIES = ["torch", "transformers", "tokenizers", "datasets", "scikit-learn", "hydra-core", "numpy", "mha-textclf"]
 
 

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from mha_textclf.checkpoint import restore_training_state, save_training_state
+from mha_textclf.checkpoint import restore_training_state, save_best, save_training_state
 from mha_textclf.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -122,77 +122,139 @@ class _StopOnSignal:
 
 
 @dataclass
+class TrainConfig:
+    """How to train: optimiser, schedule, regularisation, stopping. Recorded in every run's metrics.json."""
+
+    epochs: int = 10
+    lr: float = 1e-3
+    weight_decay: float = 0.01  # AdamW's decoupled decay
+    schedule: str = "constant"  # after warm-up: constant | linear | cosine decay to 0 at the last epoch
+    warmup_epochs: float = 0.0  # linear warm-up from 0 over this many epochs (fractions allowed)
+    grad_clip: float | None = None  # max global gradient norm
+    label_smoothing: float = 0.0  # training loss only: validation loss stays plain cross-entropy
+    patience: int | None = None  # stop after this many epochs without a lower validation loss
+    precision: str = "fp32"  # fp32 | bf16
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"trainer.schedule={self.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
+        if self.precision not in PRECISIONS:
+            raise UserError(f"trainer.precision={self.precision!r}; choose one of {', '.join(PRECISIONS)}.")
+
+
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
+    """Multiplier of the base learning rate at optimiser step `step` (0-based)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min((step - warmup_steps) / max(total_steps - warmup_steps, 1), 1.0)
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * progress))
+    if schedule == "linear":
+        return 1.0 - progress
+    return 1.0
+
+
+@dataclass
 class FitResult:
     history: list[dict]  # one row per finished epoch, resumed ones included
+    best_epoch: int | None = None  # the epoch whose weights the model holds at the end (lowest validation loss)
+    stopped_early: bool = False
     interrupted: str | None = None  # the signal that stopped training early, if one did
 
 
 def fit(
-    model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, *, epochs: int, lr: float,
-    weight_decay: float, device: torch.device, precision: str = "fp32", state_path: Path | None = None,
-    resume_state: dict | None = None, metadata: dict | None = None,
-    on_epoch_end: Callable[[dict], None] = lambda row: None,
+    model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, config: TrainConfig, device: torch.device,
+    *, state_path: Path | None = None, best_path: Path | None = None, resume_state: dict | None = None,
+    metadata: dict | None = None, on_epoch_end: Callable[[dict], None] = lambda row: None,
 ) -> FitResult:
-    """Train with AdamW + cross-entropy, validating after every epoch.
+    """Train with AdamW, the configured schedule and regularisation; validate after every epoch.
 
+    The model ends with the weights of the epoch with the lowest validation loss (saved to `best_path` whenever it
+    improves); with `config.patience` training stops once that many epochs brought no improvement.
     After each epoch `on_epoch_end(row)` runs and, with `state_path`, the whole training state (model, optimiser,
-    RNG states, history, `metadata`) is saved there atomically: finished work is on disk before the next epoch.
-    `resume_state` (a loaded state) continues after its epoch, reproducing the uninterrupted run exactly.
-    On SIGINT/SIGTERM the current epoch is abandoned and the model goes back to the last finished epoch (to its
-    initial weights when none has finished).
-    Rows hold epoch, train_loss, val_loss, val_accuracy, epoch_seconds and train_tokens (real, non-padding tokens).
+    schedule, RNG states, early-stopping state, history, `metadata`) is saved there atomically: finished work is on
+    disk before the next epoch. `resume_state` (a loaded state) continues after its epoch, reproducing the
+    uninterrupted run exactly. On SIGINT/SIGTERM the current epoch is abandoned and the model goes back to the best
+    finished epoch (to its initial weights when none has finished).
+    Rows hold epoch, train_loss, val_loss, val_accuracy, lr, epoch_seconds and train_tokens (non-padding tokens).
     """
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = len(train_loader)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
+        step, config.epochs * steps_per_epoch, round(config.warmup_epochs * steps_per_epoch), config.schedule))
     generator = train_loader.generator  # the batch order's own RNG (see data.make_loader)
     history, first_epoch = [], 1
+    best = {"epoch": None, "val_loss": math.inf, "model": _snapshot(model)}
     if resume_state is not None:
-        restore_training_state(resume_state, model=model, optimizer=optimizer, loader_generator=generator)
-        history, first_epoch = list(resume_state["history"]), resume_state["epoch"] + 1
-    last_finished = _snapshot(model)  # what an interruption goes back to (~90k floats: cheap to keep)
+        restore_training_state(resume_state, model=model, optimizer=optimizer, scheduler=scheduler,
+                               loader_generator=generator)
+        history, first_epoch, best = list(resume_state["history"]), resume_state["epoch"] + 1, resume_state["best"]
+
+    def finish(**outcome) -> FitResult:
+        model.load_state_dict(best["model"])
+        return FitResult(history, best_epoch=best["epoch"], **outcome)
+
     with _StopOnSignal() as stop:
-        for epoch in range(first_epoch, epochs + 1):
-            row = _train_epoch(model, train_loader, optimizer, device, precision, epoch, epochs, stop)
+        for epoch in range(first_epoch, config.epochs + 1):
+            row = _train_epoch(model, train_loader, optimizer, scheduler, config, device, epoch, stop)
             if stop.signal:
-                model.load_state_dict(last_finished)
-                return FitResult(history, interrupted=stop.signal)
-            val = evaluate(model, val_loader, device, precision)
+                return finish(interrupted=stop.signal)
+            val = evaluate(model, val_loader, device, config.precision)
             row |= {"val_loss": val.loss, "val_accuracy": val.accuracy}
-            log.info(f"epoch {epoch}/{epochs}: train_loss {row['train_loss']:.4f}  val_loss {val.loss:.4f}  "
-                     f"val_accuracy {val.accuracy:.4f}  ({row['epoch_seconds']:.1f}s)")
+            improved = val.loss < best["val_loss"]
+            if improved:
+                best = {"epoch": epoch, "val_loss": val.loss, "model": _snapshot(model)}
+                if best_path is not None:
+                    save_best(best_path, model)
+            log.info(f"epoch {epoch}/{config.epochs}: train_loss {row['train_loss']:.4f}  val_loss {val.loss:.4f}  "
+                     f"val_accuracy {val.accuracy:.4f}  lr {row['lr']:.2e}  ({row['epoch_seconds']:.1f}s)"
+                     + ("  *best*" if improved else ""))
             history.append(row)
             on_epoch_end(row)
-            last_finished = _snapshot(model)
             if state_path is not None:
-                save_training_state(state_path, model=model, optimizer=optimizer, loader_generator=generator,
-                                    epoch=epoch, history=history, metadata=metadata or {})
+                save_training_state(state_path, model=model, optimizer=optimizer, scheduler=scheduler,
+                                    loader_generator=generator, epoch=epoch, history=history, best=best,
+                                    metadata=metadata or {})
             if stop.signal:  # arrived during validation: this epoch is complete and saved
-                return FitResult(history, interrupted=stop.signal)
-    return FitResult(history)
+                return finish(interrupted=stop.signal)
+            if (config.patience is not None and best["epoch"] is not None and epoch < config.epochs
+                    and epoch - best["epoch"] >= config.patience):
+                log.info(f"early stop: no lower validation loss for {config.patience} epochs; best was epoch "
+                         f"{best['epoch']} ({best['val_loss']:.4f})")
+                return finish(stopped_early=True)
+    return finish()
 
 
 def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 
-def _train_epoch(model, loader, optimizer, device, precision: str, epoch: int, epochs: int,
+def _train_epoch(model, loader, optimizer, scheduler, config: TrainConfig, device, epoch: int,
                  stop: _StopOnSignal) -> dict:
     model.train()
     start = time.perf_counter()
     total_loss, n_samples, n_tokens = 0.0, 0, 0
-    bar = tqdm(loader, desc=f"epoch {epoch}/{epochs}", leave=False, dynamic_ncols=True)
+    lr = optimizer.param_groups[0]["lr"]
+    bar = tqdm(loader, desc=f"epoch {epoch}/{config.epochs}", leave=False, dynamic_ncols=True)
     for step, batch in enumerate(bar, start=1):
         batch = _to(batch, device)
-        with autocast(device, precision):
+        with autocast(device, config.precision):
             logits = model(batch["input_ids"], batch["padding_mask"])
-        loss = F.cross_entropy(logits.float(), batch["labels"])
+        loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=config.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if config.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
+        scheduler.step()
         value = loss.item()
         if not math.isfinite(value):
             raise DivergenceError(f"The training loss became {value} at epoch {epoch}, step {step}; training "
-                                   "stopped. history.csv and last.pt keep the epochs finished before it. Lower "
-                                   "trainer.lr (or check the data) and train again.")
+                                  "stopped. history.csv and last.pt keep the epochs finished before it. Lower "
+                                  "trainer.lr (or check the data) and train again.")
         B = batch["labels"].size(0)
         total_loss += value * B
         n_samples += B
@@ -202,5 +264,5 @@ def _train_epoch(model, loader, optimizer, device, precision: str, epoch: int, e
             break
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # epoch time must include the queued GPU work
-    return {"epoch": epoch, "train_loss": total_loss / max(n_samples, 1),
+    return {"epoch": epoch, "train_loss": total_loss / max(n_samples, 1), "lr": lr,
             "epoch_seconds": time.perf_counter() - start, "train_tokens": n_tokens}
