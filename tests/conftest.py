@@ -59,10 +59,11 @@ def write_jsonl(folder: Path, rows_by_split: dict[str, list[dict]]) -> Path:
     return folder
 
 
-def run_cli(module: str, *overrides: str, data_dir: Path | None = None) -> subprocess.CompletedProcess:
-    """`python -m <module> <overrides>` from the repo root, as users run it."""
+def run_cli(module: str, *overrides: str, data_dir: Path | None = None,
+            cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it."""
     env = os.environ | ({"BBC_NEWS_PATH": str(data_dir)} if data_dir else {})
-    return subprocess.run([sys.executable, "-m", module, *overrides], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
 
 

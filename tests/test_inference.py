@@ -57,10 +57,14 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
 def test_predict_reads_a_file(runs, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("the minister said\n\nthe striker scored twice\n")
-    out = tmp_path / "out.csv"
-    result = run_cli("predict", f"run_dir={runs[False]}", f"file={texts}", f"out={out}")
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    result = run_cli("predict", f"run_dir={runs[False]}", f"file={texts}", "out=predictions.csv", cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert pd.read_csv(out)["text"].tolist() == ["the minister said", "the striker scored twice"]
+    assert pd.read_csv(workdir / "predictions.csv")["text"].tolist() == ["the minister said",
+                                                                        "the striker scored twice"]
+    assert os.listdir(workdir) == ["predictions.csv"]  # nothing else lands in the current directory
+    assert "the striker scored twice" in result.stdout and "wrote" in result.stderr  # table out, messages err
 
 
 @pytest.mark.slow
