@@ -66,9 +66,10 @@ def test_multirun_variants_agree(data_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
     assert sorted(int(name.split("_")[0]) for name in jobs) == list(range(6))  # one folder per job, numbered
+    assert "0_data.max_train_samples-48_model-naive_pe-False_trainer.batch_size-16_trainer.epochs-2" in jobs
 
     def job(model: str, pe: str) -> Path:
-        (name,) = [n for n in jobs if f"model={model}," in n and f"pe={pe}," in n]
+        (name,) = [n for n in jobs if f"_model-{model}_" in n and f"_pe-{pe}_" in n]
         return jobs[name]
 
     for pe in ("False", "True"):
