@@ -54,7 +54,7 @@ def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     def poison_after_first_epoch(row):
         rows.append(row)
         with torch.no_grad():
-            net.classifier[1].weight.fill_(float("nan"))
+            net.classifier[0].weight.fill_(float("nan"))
 
     with pytest.raises(DivergenceError, match="became nan at epoch 2, step 1"):
         fit(net, make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),

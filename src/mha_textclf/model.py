@@ -69,9 +69,11 @@ class TextClassifier(nn.Module):
         self.attention = build_attention(config.attention, C, config.n_heads, bias=config.bias,
                                          dropout=config.dropout)
         self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        # A module of its own rather than a first layer of `classifier`, which keeps its parameter names (and so
+        # checkpoints) stable.
+        self.mlp_dropout = nn.Dropout(config.mlp_dropout)
         self.classifier = nn.Sequential(
-            nn.Dropout(config.mlp_dropout),
-            nn.Linear(C, config.mlp_hidden), nn.ReLU(), nn.Linear(config.mlp_hidden, config.n_classes),
+            nn.Linear(C, config.mlp_hidden), nn.ReLU(), nn.Linear(config.mlp_hidden, config.n_classes)
         )
 
     def forward(self, input_ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
@@ -92,7 +94,7 @@ class TextClassifier(nn.Module):
         # Self-attention with a key-padding mask: no token, [CLS] included, may attend to padding.
         y, weights = self.attention(query, x, x, key_padding_mask=padding_mask, need_weights=need_weights)
         # [CLS] sits at position 0 of every sequence: its attention output summarises the text.
-        return self.classifier(y[:, 0]), weights  # (B, C) -> (B, n_classes)
+        return self.classifier(self.mlp_dropout(y[:, 0])), weights  # (B, C) -> (B, n_classes)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
