@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics |= {"model": name, "pe": None, "seed": args.seed, "device": "cpu", "params": result.n_features
                 * len(corpus.class_names), "epochs": None, "train_seconds": result.train_seconds,
                 "epoch_seconds": [], "tokens_per_second": None, "class_names": corpus.class_names,
-                "features": args.features, "max_length": args.max_length, "interrupted": None,
+                "features": args.features, "max_length": args.max_length, "interrupted": False,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": library_versions()}
     write_json(out / "metrics.json", metrics)
     print(f"{name} seed {args.seed}: val accuracy {metrics['val']['accuracy']:.4f}  test accuracy "

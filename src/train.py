@@ -74,7 +74,7 @@ def main(cfg: DictConfig) -> float | None:
         (run_dir / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
         return None
     if metrics["interrupted"]:
-        sys.exit(128 + signal.Signals[metrics["interrupted"]].value)  # the shell's convention: 130 for SIGINT
+        sys.exit(128 + signal.Signals[metrics["interrupted_by"]].value)  # the shell's convention: 130 for SIGINT
     return metrics["val"]["accuracy"]
 
 
@@ -136,6 +136,10 @@ def check_config(cfg: DictConfig) -> None:
         problems.append(f"trainer.precision={cfg.trainer.precision} must be one of {', '.join(PRECISIONS)}.")
     if cfg.trainer.schedule not in SCHEDULES:
         problems.append(f"trainer.schedule={cfg.trainer.schedule} must be one of {', '.join(SCHEDULES)}.")
+    if cfg.trainer.grad_clip is not None and not cfg.trainer.grad_clip > 0:
+        problems.append(f"trainer.grad_clip={cfg.trainer.grad_clip} must be positive (or null for no clipping).")
+    if not cfg.trainer.warmup_epochs >= 0:
+        problems.append(f"trainer.warmup_epochs={cfg.trainer.warmup_epochs} must be 0 or more.")
     for key in ("model.dropout", "model.embedding_dropout", "model.mlp_dropout", "trainer.label_smoothing"):
         if not 0 <= OmegaConf.select(cfg, key) < 1:
             problems.append(f"{key}={OmegaConf.select(cfg, key)} must lie in [0, 1).")
@@ -153,6 +157,8 @@ def resume_state(cfg: DictConfig) -> dict | None:
     saved = _flatten(OmegaConf.to_container(OmegaConf.create(state["metadata"]["config"]), resolve=True))
     now = _flatten(OmegaConf.to_container(cfg, resolve=True))
     changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
+    if saved.get("trainer.epochs") != now.get("trainer.epochs") and now.get("trainer.schedule") != "constant":
+        changed.append("trainer.epochs (a decaying learning-rate schedule is laid out over the original epochs)")
     if changed:
         original = shlex.join(state["metadata"]["overrides"])
         raise UserError(f"resume={cfg.resume} continues a run with other settings ({', '.join(changed)} differ). "
@@ -249,7 +255,8 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         "epoch_seconds": [row["epoch_seconds"] for row in history],
         "tokens_per_second": sum(row["train_tokens"] for row in history) / train_seconds if history else 0.0,
         "class_names": corpus.class_names, "vocab_size": model_config.vocab_size,
-        "interrupted": result.interrupted, "resumed_from": cfg.resume,
+        "interrupted": result.interrupted is not None, "interrupted_by": result.interrupted,
+        "resumed_from": cfg.resume,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": library_versions(),
     }
     write_json(run_dir / "metrics.json", metrics)

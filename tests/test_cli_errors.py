@@ -48,6 +48,8 @@ CASES = [
     (["data.max_train_samples=0"], "data.max_train_samples=0 must be a positive whole number (or null)", {}),
     (["trainer.precision=fp16"], "trainer.precision=fp16 must be one of fp32, bf16", {}),
     (["data.path={tiny-class}"], "Cannot carve a stratified validation split", {}),
+    (["trainer.grad_clip=0"], "trainer.grad_clip=0 must be positive (or null for no clipping)", {}),
+    (["trainer.warmup_epochs=-1"], "trainer.warmup_epochs=-1 must be 0 or more", {}),
 ]
 
 

@@ -13,9 +13,12 @@ import pytest
 from conftest import REPO, run_train
 from mha_textclf.checkpoint import load_training_state
 
-# Dropout and PE on, so that resuming must restore the RNG and not just the weights.
-COMMON = ["data.max_train_samples=64", "trainer.batch_size=8", "trainer.epochs=3", "model.dropout=0.2", "pe=true"]
-COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy"]
+# Dropout, a warm-up + cosine schedule, early stopping and length grouping all carry state across epochs: resuming
+# must restore each of them (RNG, scheduler, best epoch, sampler generator), not just the weights.
+COMMON = ["data.max_train_samples=64", "trainer.batch_size=8", "model.dropout=0.2", "model.embedding_dropout=0.1",
+          "trainer.schedule=cosine", "trainer.warmup_epochs=1", "trainer.patience=2", "data.group_by_length=true",
+          "trainer.epochs=3", "pe=true"]
+COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr"]
 
 
 def rows(run_dir):
@@ -48,7 +51,7 @@ def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path):
     state = load_training_state(part / "last.pt")
     assert state["epoch"] == 2 and len(state["history"]) == 2
     metrics = json.loads((part / "metrics.json").read_text())
-    assert metrics["interrupted"] == "SIGINT" and metrics["epochs"] == 2
+    assert metrics["interrupted"] is True and metrics["interrupted_by"] == "SIGINT" and metrics["epochs"] == 2
     assert (part / "classification_report_test.txt").exists() and (part / "model.pt").exists()
 
     result = run_train(*COMMON, f"resume={part}", f"hydra.run.dir={resumed}", data_dir=data_dir)
@@ -58,15 +61,19 @@ def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path):
     final = {name: json.loads((name / "metrics.json").read_text()) for name in (full, resumed)}
     for split in ("val", "test"):
         assert final[resumed][split] == final[full][split]
-    assert final[resumed]["resumed_from"] == str(part) and final[resumed]["interrupted"] is None
+    assert (final[resumed]["best_epoch"], final[resumed]["stopped_early"]) == (final[full]["best_epoch"],
+                                                                                final[full]["stopped_early"])
+    assert (resumed / "best.pt").exists() and (resumed / "last.pt").exists()
+    assert final[resumed]["resumed_from"] == str(part) and final[resumed]["interrupted"] is False
 
 
 @pytest.mark.slow
 def test_sigterm_stops_cleanly(data_dir, tmp_path):
     run_dir = tmp_path / "run"
-    assert interrupt_after(1, signal.SIGTERM, run_dir, data_dir, *COMMON[:-2], "trainer.epochs=20") == 143
+    assert interrupt_after(1, signal.SIGTERM, run_dir, data_dir, *COMMON[:-2], "trainer.epochs=20", "pe=true") == 143
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["interrupted"] == "SIGTERM" and metrics["epochs"] == len(rows(run_dir)) >= 1
+    assert metrics["interrupted"] is True and metrics["interrupted_by"] == "SIGTERM"
+    assert metrics["epochs"] == len(rows(run_dir)) >= 1
 
 
 @pytest.mark.slow

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from conftest import run_train
-from mha_textclf.checkpoint import load_checkpoint
+from mha_textclf.checkpoint import load_checkpoint, load_training_state
+from mha_textclf.data import load_corpus
 from mha_textclf.tokenizer import load_tokenizer
 
 SMOKE = ["data.max_train_samples=48", "trainer.epochs=2", "trainer.batch_size=16"]
@@ -102,10 +103,12 @@ def test_long_inputs_and_early_stopping_end_to_end(data_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     model, _ = load_checkpoint(run_dir / "model.pt")
     assert model.positional.pe.shape[0] == 1024  # the PE buffer follows data.max_length...
+    # ...and so does truncation: the tokens the pipeline trained on are the texts cut at 1024, not at 512.
     tokenizer = load_tokenizer(run_dir / "tokenizer", max_length=1024)
-    longest = max(len(ids) for ids in tokenizer([t for t in pd.read_json(data_dir / "train.jsonl", lines=True)["text"]
-                                                 [:50]], truncation=True, max_length=1024)["input_ids"])
-    assert 512 < longest <= 1024  # ...and so does truncation
+    texts = load_corpus(str(data_dir), 0.25, seed=0, max_train_samples=48).train.texts
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
+    trained_on = load_training_state(run_dir / "last.pt")["history"][0]["train_tokens"]
+    assert trained_on == sum(min(n, 1024) for n in lengths) > sum(min(n, 512) for n in lengths)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     rows = history(run_dir)
     best = min(rows, key=lambda r: r["val_loss"])

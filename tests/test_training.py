@@ -70,7 +70,7 @@ def test_unknown_precision_and_device_are_clear_errors():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_the_resumed_state(tmp_path):
+def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_best_epoch(tmp_path):
     ids, labels = toy_problem()
     def loaders():
         return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)

@@ -64,10 +64,11 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
     return model.to(device).eval(), checkpoint["class_names"]
 
 
-def save_best(path: Path, model: TextClassifier) -> None:
-    """The best epoch's weights so far (best.pt), in model.pt's format minus the class names it cannot know."""
+def save_best(path: Path, model: TextClassifier, state_dict: dict | None = None) -> None:
+    """The best epoch's weights so far (best.pt; the model's own unless `state_dict` is given), in model.pt's format
+    minus the class names it cannot know."""
     atomic_save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": [],
-                 "state_dict": model.state_dict()}, path)
+                 "state_dict": state_dict if state_dict is not None else model.state_dict()}, path)
 
 
 def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

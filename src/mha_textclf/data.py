@@ -183,7 +183,9 @@ class LengthGroupedSampler(Sampler[list[int]]):
     and resumable by saving the generator's state.
     """
 
-    def __init__(self, lengths: list[int], batch_size: int, generator: torch.Generator, group_size: int = 50):
+    def __init__(self, lengths: list[int], batch_size: int, generator: torch.Generator, group_size: int = 4):
+        # Small chunks (4 batches) keep batch composition random from epoch to epoch; large ones would sort the
+        # whole training set once and freeze which texts share a batch.
         self.lengths, self.batch_size, self.generator, self.group_size = lengths, batch_size, generator, group_size
 
     def __iter__(self):

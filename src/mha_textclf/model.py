@@ -26,7 +26,7 @@ class ModelConfig:
     pe: bool = False
     max_length: int = 512  # longest input the positional encoding covers
     pad_id: int = 0
-    cls_only: bool = False  # attend with the [CLS] query alone (same logits, O(T) instead of O(T²))
+    cls_only: bool = False  # attend with the [CLS] query alone (same function without attention dropout; O(T))
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -86,10 +86,11 @@ class TextClassifier(nn.Module):
         x = self.embedding(input_ids)  # (B, T, C)
         if self.positional is not None:
             x = self.positional(x)
-        x = self.embedding_dropout(x)  # drops whole embedding dimensions of tokens at random while training
+        x = self.embedding_dropout(x)  # zeroes random embedding entries while training (and rescales the rest)
         # The classifier reads only the [CLS] output, and with a single attention layer that output depends only
         # on the [CLS] query: the other T-1 query rows are wasted work. cls_only computes that one row, O(T) instead
-        # of O(T²), with the same logits and gradients. Full maps are still computed when weights are asked for.
+        # of O(T²), with the same logits and gradients (attention dropout, if on, then draws a (B, nh, 1, T) mask
+        # instead of (B, nh, T, T): same distribution, other numbers). Full maps are still computed when asked for.
         query = x[:, :1] if self.config.cls_only and not need_weights else x  # (B, 1, C) or (B, T, C)
         # Self-attention with a key-padding mask: no token, [CLS] included, may attend to padding.
         y, weights = self.attention(query, x, x, key_padding_mask=padding_mask, need_weights=need_weights)

@@ -192,10 +192,19 @@ def fit(
         restore_training_state(resume_state, model=model, optimizer=optimizer, scheduler=scheduler,
                                loader_generator=generator)
         history, first_epoch, best = list(resume_state["history"]), resume_state["epoch"] + 1, resume_state["best"]
+        if best["epoch"] is not None and best_path is not None:  # the new run folder gets its best.pt too
+            save_best(best_path, model, best["model"])
+
+    def patience_ran_out(epoch: int) -> bool:
+        return (config.patience is not None and best["epoch"] is not None and epoch < config.epochs
+                and epoch - best["epoch"] >= config.patience)
 
     def finish(**outcome) -> FitResult:
         model.load_state_dict(best["model"])
         return FitResult(history, best_epoch=best["epoch"], **outcome)
+
+    if history and patience_ran_out(history[-1]["epoch"]):  # stopped by a signal just as patience ran out
+        return finish(stopped_early=True)
 
     with _StopOnSignal() as stop:
         for epoch in range(first_epoch, config.epochs + 1):
@@ -220,8 +229,7 @@ def fit(
                                     metadata=metadata or {})
             if stop.signal:  # arrived during validation: this epoch is complete and saved
                 return finish(interrupted=stop.signal)
-            if (config.patience is not None and best["epoch"] is not None and epoch < config.epochs
-                    and epoch - best["epoch"] >= config.patience):
+            if patience_ran_out(epoch):
                 log.info(f"early stop: no lower validation loss for {config.patience} epochs; best was epoch "
                          f"{best['epoch']} ({best['val_loss']:.4f})")
                 return finish(stopped_early=True)
