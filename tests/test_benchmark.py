@@ -27,6 +27,8 @@ def test_quick_benchmark_writes_measurements_ratios_and_plot(tmp_path):
     assert len(results) == 3 * 2 * 2  # variants × modes × T
     assert set(results["variant"]) == {"naive", "efficient", "torch"} and set(results["T"]) == {16, 32}
     assert (results["ms"] > 0).all() and (results["peak_mb"] >= 0).all() and (results["gflops"] > 0).all()
+    naive = results[(results["variant"] == "naive") & (results["mode"] == "full") & (results["T"] == 32)]
+    assert naive["peak_mb"].item() > 0  # the naive variant's per-head (B, T, T) tensors show up
     ratios = pd.read_csv(tmp_path / "ratios.csv")
     assert {"efficient/torch (full)", "naive/efficient (full)", "full/cls_only (efficient)"} <= set(ratios.columns)
     assert (tmp_path / "benchmark.png").stat().st_size > 0

@@ -1,9 +1,11 @@
 """How fast and how memory-hungry each attention variant is: forward+backward of one attention layer per batch.
 
-Every case runs in a fresh process (spawned), so that on CPU the process's peak resident memory is the case's own
-high-water mark and one case's allocator state or caches cannot flatter the next. Time is the median over repeats
-after a warm-up step; CUDA work is synchronised before the clock is read. Achieved GFLOP/s is put against a matmul
-peak measured on the same device, to show how far from the machine's limit each variant runs.
+Every case runs in a fresh process (spawned), so that one case's allocator state or caches cannot flatter the next.
+Peak memory is what the forward+backward steps add at their peak over what was in use before them: on CPU the
+kernel's peak resident set, reset just before the steps (/proc/self/clear_refs), on CUDA `max_memory_allocated`.
+Time is the median over repeats after a warm-up step; CUDA work is synchronised before the clock is read. Achieved
+GFLOP/s is put against a matmul peak measured on the same device, to show how far from the machine's limit each
+variant runs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import resource
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -55,10 +58,33 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _proc_status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (VmRSS: resident now, VmHWM: resident at peak) in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024  # reported in kB
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak(device: torch.device) -> float:
+    """Start a fresh peak-memory measurement; returns the memory in use now (MB)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device) / 2**20
+    try:  # Linux: writing 5 to clear_refs resets the peak resident set (VmHWM) to the current one
+        Path("/proc/self/clear_refs").write_text("5")
+        return _proc_status_mb("VmRSS")
+    except OSError:  # elsewhere: the process's lifetime peak, a lower bound of the step's own
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _peak_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports kB
+    try:
+        return _proc_status_mb("VmHWM")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux and BSD report kB
 
 
 def measure(case: Case) -> dict:
@@ -81,9 +107,7 @@ def measure(case: Case) -> dict:
         attention.zero_grad(set_to_none=True)
 
     _sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    baseline = torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else _peak_mb(device)
+    baseline = _reset_peak(device)
     step()  # warm-up: allocator, kernel selection, lazy initialisation
     _sync(device)
     times = []
