@@ -174,12 +174,7 @@ class EfficientMultiHeadAttention(MultiHeadAttention):
         self.load_projections(init_projections(d_model, bias))
 
     def _canonical(self, get, views=False):
-        params = dict(zip(("W_q", "W_k", "W_v"), get(self.in_proj.weight).chunk(3), strict=True))
-        params["W_o"] = get(self.out_proj.weight)
-        if self.bias:
-            params |= dict(zip(("b_q", "b_k", "b_v"), get(self.in_proj.bias).chunk(3), strict=True))
-            params["b_o"] = get(self.out_proj.bias)
-        return params
+        return _packed(get, self.in_proj.weight, self.in_proj.bias, self.out_proj)
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=False):
         B, Tq, C = query.shape
@@ -212,6 +207,16 @@ class EfficientMultiHeadAttention(MultiHeadAttention):
         return self.out_proj(y), weights
 
 
+def _packed(get, in_proj_weight: Tensor, in_proj_bias: Tensor | None, out_proj: nn.Linear) -> dict[str, Tensor]:
+    """The canonical projections of torch's packed layout: in_proj = [W_q; W_k; W_v] (rows), out_proj = W_o."""
+    params = dict(zip(("W_q", "W_k", "W_v"), get(in_proj_weight).chunk(3), strict=True))
+    params["W_o"] = get(out_proj.weight)
+    if in_proj_bias is not None:
+        params |= dict(zip(("b_q", "b_k", "b_v"), get(in_proj_bias).chunk(3), strict=True))
+        params["b_o"] = get(out_proj.bias)
+    return params
+
+
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
                        dropout: float) -> tuple[Tensor, Tensor]:
     """softmax(q kᵀ/√hs) v for all heads at once, returning the weights too (the naive head, batched over nh)."""
@@ -235,12 +240,7 @@ class TorchMultiHeadAttention(MultiHeadAttention):
         self.load_projections(init_projections(d_model, bias))
 
     def _canonical(self, get, views=False):
-        params = dict(zip(("W_q", "W_k", "W_v"), get(self.mha.in_proj_weight).chunk(3), strict=True))
-        params["W_o"] = get(self.mha.out_proj.weight)
-        if self.bias:
-            params |= dict(zip(("b_q", "b_k", "b_v"), get(self.mha.in_proj_bias).chunk(3), strict=True))
-            params["b_o"] = get(self.mha.out_proj.bias)
-        return params
+        return _packed(get, self.mha.in_proj_weight, self.mha.in_proj_bias, self.mha.out_proj)
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=False):
         # Same polarity as ours (True = ignore), so the mask passes through unchanged.
