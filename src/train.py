@@ -140,7 +140,8 @@ def check_config(cfg: DictConfig) -> None:
         problems.append(f"trainer.grad_clip={cfg.trainer.grad_clip} must be positive (or null for no clipping).")
     if not cfg.trainer.warmup_epochs >= 0:
         problems.append(f"trainer.warmup_epochs={cfg.trainer.warmup_epochs} must be 0 or more.")
-    for key in ("model.dropout", "model.embedding_dropout", "model.mlp_dropout", "trainer.label_smoothing"):
+    for key in ("model.dropout", "model.embedding_dropout", "model.token_dropout", "model.mlp_dropout",
+                "trainer.label_smoothing"):
         if not 0 <= OmegaConf.select(cfg, key) < 1:
             problems.append(f"{key}={OmegaConf.select(cfg, key)} must lie in [0, 1).")
     if cfg.pe and cfg.model.d_model % 2:
@@ -212,7 +213,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
                                mlp_hidden=cfg.model.mlp_hidden, bias=cfg.model.bias, dropout=cfg.model.dropout,
                                pe=cfg.pe, max_length=cfg.model.max_length, pad_id=tokenizer.pad_token_id,
                                cls_only=cfg.model.cls_only, embedding_dropout=cfg.model.embedding_dropout,
-                               mlp_dropout=cfg.model.mlp_dropout)
+                               token_dropout=cfg.model.token_dropout, mlp_dropout=cfg.model.mlp_dropout)
     model = TextClassifier(model_config).to(device)
     log.info(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}")
 
@@ -247,6 +248,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         "params": model.num_parameters(), "threads": torch.get_num_threads(), "epochs": len(history),
         "best_epoch": result.best_epoch, "stopped_early": result.stopped_early,
         "training": asdict(training), "regularisation": {"embedding_dropout": cfg.model.embedding_dropout,
+                                                          "token_dropout": cfg.model.token_dropout,
                                                           "attention_dropout": cfg.model.dropout,
                                                           "mlp_dropout": cfg.model.mlp_dropout,
                                                           "weight_decay": cfg.trainer.weight_decay,

@@ -51,6 +51,23 @@ def test_foreign_file_is_refused(tmp_path):
         ckpt.load_checkpoint(tmp_path / "missing.pt")
 
 
+def test_checkpoint_from_an_older_format_says_to_retrain(tmp_path):
+    model = TextClassifier(ModelConfig(vocab_size=50, n_classes=5, d_model=16, n_heads=4))
+    ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
+    saved = torch.load(tmp_path / "model.pt", weights_only=True)
+    torch.save(saved | {"format": "mha-textclf/1"}, tmp_path / "old.pt")
+    with pytest.raises(UserError, match=r"'mha-textclf/1': written by an older version .* train it again"):
+        ckpt.load_checkpoint(tmp_path / "old.pt")
+    # A training state where a checkpoint belongs is named as such, not called old.
+    torch.save(saved | {"format": ckpt.TRAINING_STATE_FORMAT}, tmp_path / "last.pt")
+    with pytest.raises(UserError, match="found 'mha-textclf-training-state/") as info:
+        ckpt.load_checkpoint(tmp_path / "last.pt")
+    assert "older version" not in str(info.value)
+    torch.save({"format": "mha-textclf-training-state/2"}, tmp_path / "old_last.pt")
+    with pytest.raises(UserError, match="older version"):
+        ckpt.load_training_state(tmp_path / "old_last.pt")
+
+
 def test_a_failed_write_never_replaces_the_good_file(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     ckpt.atomic_save({"epoch": 1, "w": torch.ones(4)}, path)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import run_cli, run_train
-from mha_textclf.checkpoint import save_checkpoint
+from mha_textclf.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, order_probe, predict_proba
 from mha_textclf.reports import plot_attention
@@ -107,7 +107,7 @@ def test_a_checkpoint_holding_code_is_refused_without_running_it(runs, tmp_path)
     evil.mkdir()
     (evil / "tokenizer").symlink_to(runs[False] / "tokenizer")
     marker = tmp_path / "pwned"
-    torch.save({"format": "mha-textclf/1", "state_dict": RunsCode(marker)}, evil / "model.pt")
+    torch.save({"format": CHECKPOINT_FORMAT, "state_dict": RunsCode(marker)}, evil / "model.pt")
     result = run_cli("predict", f"run_dir={evil}", "text=hello")
     assert result.returncode == 2
     assert "not a checkpoint this project can load safely" in result.stdout + result.stderr

@@ -80,10 +80,15 @@ def test_positional_encoding_follows_the_formula_and_max_length():
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("pe", [False, True])
-def test_cls_only_gives_the_same_logits_and_gradients(variant, pe):
-    full, fast = build(variant, pe), build(variant, pe, cls_only=True)  # same seed: same weights
+@pytest.mark.parametrize("token_dropout", [0.0, 0.5])
+def test_cls_only_gives_the_same_logits_and_gradients(variant, pe, token_dropout):
+    full = build(variant, pe, token_dropout=token_dropout)
+    fast = build(variant, pe, cls_only=True, token_dropout=token_dropout)  # same seed: same weights
     ids, mask = batch([9, 5, 12])
-    full_logits, fast_logits = full.train()(ids, mask), fast.train()(ids, mask)
+    torch.manual_seed(1)  # token dropout hides the same tokens from both
+    full_logits = full.train()(ids, mask)
+    torch.manual_seed(1)
+    fast_logits = fast.train()(ids, mask)
     torch.testing.assert_close(fast_logits, full_logits, atol=1e-5, rtol=1e-5)
     upstream = torch.randn_like(full_logits)
     (full_logits * upstream).sum().backward()
@@ -93,3 +98,42 @@ def test_cls_only_gives_the_same_logits_and_gradients(variant, pe):
     # Heatmaps still get the full (B, nh, T, T) maps.
     _, weights = fast.forward_with_weights(ids, mask, need_weights=True)
     assert weights.shape == (3, 4, 12, 12)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_token_dropout_hides_tokens_like_padding_while_training_only(variant):
+    model = build(variant, pe=True, token_dropout=0.5)
+    ids, mask = batch([9, 5, 12])
+    torch.manual_seed(3)
+    trained = model.train()(ids, mask)
+    # Reference: the same draw, applied by hand as extra padding, through the deterministic eval-mode model.
+    torch.manual_seed(3)
+    hidden = torch.rand(ids.shape) < 0.5
+    hidden[:, 0] = False
+    assert hidden[~mask].any() and not hidden[:, 0].any()
+    model.eval()
+    torch.testing.assert_close(trained, model(ids, mask | hidden), atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(trained, model(ids, mask), atol=1e-3)
+    torch.testing.assert_close(model(ids, mask), build(variant, pe=True)(ids, mask))  # eval: no dropout at all
+
+
+def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
+    model = TextClassifier(ModelConfig(vocab_size=2000, n_classes=5, d_model=64, n_heads=8))
+    assert model.embedding_scale == 8.0
+    weight = model.embedding.weight.detach().clone()
+    assert weight[0].abs().sum() == 0  # the padding row
+    assert abs(weight[1:].std().item() - 64 ** -0.5) < 0.01  # N(0, 1/C), as fairseq initialises it
+    # Attention sees the scaled vectors: unit-variance entries, so its logits start as they would with N(0, 1).
+    seen = {}
+    model.attention.register_forward_hook(lambda module, args, kwargs, out: seen.update(key=args[1]),
+                                          with_kwargs=True)
+    ids = torch.tensor([[CLS, 7, 9]])
+    logits = model.eval()(ids, ids == PAD)
+    torch.testing.assert_close(seen["key"], weight[ids] * 8.0)
+    # Adam's first step moves every entry with a gradient by lr: the vectors attention sees move by √C·lr.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    logits.logsumexp(-1).sum().backward()
+    optimizer.step()
+    moved = (model.embedding.weight.detach()[[CLS, 7, 9]] - weight[[CLS, 7, 9]]) * model.embedding_scale
+    torch.testing.assert_close(moved.abs(), torch.full_like(moved, 8e-3), atol=1e-4, rtol=0)
+    assert model.embedding.weight.detach()[11].equal(weight[11])  # an unseen token does not move

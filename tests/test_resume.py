@@ -13,9 +13,11 @@ import pytest
 from conftest import REPO, run_train
 from mha_textclf.checkpoint import load_training_state
 
-# Dropout, a warm-up + cosine schedule, early stopping and length grouping all carry state across epochs: resuming
-# must restore each of them (RNG, scheduler, best epoch, sampler generator), not just the weights.
+# Dropout (attention, embedding and token dropout draw from the global RNG), a warm-up + cosine schedule, early
+# stopping and length grouping all carry state across epochs: resuming must restore each of them (RNG, scheduler,
+# best epoch, sampler generator), not just the weights.
 COMMON = ["data.max_train_samples=64", "trainer.batch_size=8", "model.dropout=0.2", "model.embedding_dropout=0.1",
+          "model.token_dropout=0.5",
           "trainer.schedule=cosine", "trainer.warmup_epochs=1", "trainer.patience=2", "data.group_by_length=true",
           "trainer.epochs=3", "pe=true"]
 COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr"]

@@ -16,8 +16,9 @@ import torch
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
 
-CHECKPOINT_FORMAT = "mha-textclf/1"
-TRAINING_STATE_FORMAT = "mha-textclf-training-state/2"
+# Bumped whenever the same weights would compute something else: /2 and /3 scale the embeddings by √d_model.
+CHECKPOINT_FORMAT = "mha-textclf/2"
+TRAINING_STATE_FORMAT = "mha-textclf-training-state/3"
 
 
 def atomic_save(obj: dict, path: Path) -> None:
@@ -45,6 +46,18 @@ def _load(path: Path, device, what: str) -> dict:
     return obj
 
 
+def _format_hint(obj, expected: str) -> str:
+    """What the file holds instead, and what to do when it is an older version of the expected format."""
+    found = obj.get("format") if isinstance(obj, dict) else None
+    if not isinstance(found, str):
+        return ""
+    family, _, version = found.rpartition("/")
+    expected_family, _, expected_version = expected.rpartition("/")
+    if family == expected_family and version.isdigit() and int(version) < int(expected_version):
+        return f", found {found!r}: written by an older version whose model computes differently; train it again"
+    return f", found {found!r}"
+
+
 def save_checkpoint(path: Path, model: TextClassifier, class_names: list[str]) -> None:
     atomic_save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": list(class_names),
                  "state_dict": model.state_dict()}, path)
@@ -55,7 +68,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
     path = Path(path)
     checkpoint = _load(path, device, "checkpoint")
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise UserError(f"{path} is not an mha-textclf checkpoint (expected format {CHECKPOINT_FORMAT!r}).")
+        raise UserError(f"{path} is not an mha-textclf checkpoint (expected format {CHECKPOINT_FORMAT!r}"
+                        f"{_format_hint(checkpoint, CHECKPOINT_FORMAT)}).")
     model = TextClassifier(ModelConfig(**checkpoint["model_config"]))
     try:
         model.load_state_dict(checkpoint["state_dict"])
@@ -91,7 +105,8 @@ def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.
 def load_training_state(path: Path, device: str | torch.device = "cpu") -> dict:
     state = _load(path, device, "training state (last.pt)")
     if not isinstance(state, dict) or state.get("format") != TRAINING_STATE_FORMAT:
-        raise UserError(f"{path} is not an mha-textclf training state (expected format {TRAINING_STATE_FORMAT!r}).")
+        raise UserError(f"{path} is not an mha-textclf training state (expected format {TRAINING_STATE_FORMAT!r}"
+                        f"{_format_hint(state, TRAINING_STATE_FORMAT)}).")
     return state
 
 

@@ -123,7 +123,11 @@ class _StopOnSignal:
 
 @dataclass
 class TrainConfig:
-    """How to train: optimiser, schedule, regularisation, stopping. Recorded in every run's metrics.json."""
+    """How to train: optimiser, schedule, regularisation, stopping. Recorded in every run's metrics.json.
+
+    These defaults are the plain baseline (constant lr, nothing extra) for library callers and tests; the pipeline's
+    tuned defaults live in configs/trainer/default.yaml.
+    """
 
     epochs: int = 10
     lr: float = 1e-3
