@@ -1,5 +1,7 @@
 """The real configs compose for every variant × pe, and mistakes in them fail loudly."""
 
+import math
+
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
@@ -25,7 +27,7 @@ def test_every_variant_and_pe_composes(model, pe):
         64, 8, 128, True, 0.0)
     assert cfg.model.max_length == cfg.data.max_length == 512  # one source, by interpolation
     assert (cfg.seed, cfg.device, cfg.data.val_fraction, cfg.tokenizer.vocab_size) == (0, "auto", 0.25, 1000)
-    assert (cfg.trainer.epochs, cfg.trainer.batch_size, cfg.trainer.lr) == (10, 32, 1e-3)
+    assert (cfg.trainer.epochs, cfg.trainer.batch_size, cfg.trainer.lr) == (12, 32, 3e-3)
     assert OmegaConf.missing_keys(cfg) == set()
 
 
@@ -66,3 +68,30 @@ def test_run_folder_is_named_by_time_model_and_pe():
     assert len(date) == 10 and len(time.split("-")) == 4 and len(time.split("-")[3]) == 6
     assert cfg.hydra.sweep.dir.startswith("outputs/multirun/")
     assert cfg.hydra.job.chdir is False
+
+
+def test_experiment_best_is_a_delta_over_the_defaults():
+    default, best = compose_train([]), compose_train(["experiment=best"])
+    assert best.model.cls_only and not default.model.cls_only
+    assert best.data.max_length == best.model.max_length == 1024  # the PE buffer and truncation follow
+    assert best.trainer.epochs > default.trainer.epochs
+    assert best.trainer.lr == default.trainer.lr  # everything not named in best.yaml stays the default
+    # experiment comes after _self_ in the defaults list, yet the command line still wins over it.
+    naive = compose_train(["experiment=best", "model=naive", "pe=true"])
+    assert naive.model.attention == "naive" and naive.model.cls_only and naive.pe
+    assert naive.model.max_length == 1024
+
+
+def test_experiment_search_sweeps_over_the_defaults():
+    cfg = compose_train(["experiment=search"], hydra_config=True)
+    params = {key: values.split(",") for key, values in cfg.hydra.sweeper.params.items()}
+    assert set(params) == {"pe", "seed", "model.token_dropout", "trainer.lr"}
+    assert math.prod(len(values) for values in params.values()) == 72  # as its header says
+    # The defaults must be one of the points the search measured, or the search does not back them.
+    default = compose_train([])
+    assert str(default.model.token_dropout) in params["model.token_dropout"]
+    assert default.trainer.lr in [float(v) for v in params["trainer.lr"]]
+    for key in ("trainer.epochs", "trainer.schedule", "trainer.warmup_epochs", "trainer.batch_size",
+                "trainer.weight_decay", "data.max_length"):
+        assert OmegaConf.select(cfg, key) == OmegaConf.select(default, key), key
+    assert cfg.model.cls_only
