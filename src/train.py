@@ -15,7 +15,7 @@ import shlex
 import signal
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import hydra
@@ -208,12 +208,9 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
     }
 
     # Model: vocab size from the tokenizer, classes from the data, the rest from the config.
-    model_config = ModelConfig(vocab_size=len(tokenizer), n_classes=len(corpus.class_names),
-                               attention=cfg.model.attention, d_model=cfg.model.d_model, n_heads=cfg.model.n_heads,
-                               mlp_hidden=cfg.model.mlp_hidden, bias=cfg.model.bias, dropout=cfg.model.dropout,
-                               pe=cfg.pe, max_length=cfg.model.max_length, pad_id=tokenizer.pad_token_id,
-                               cls_only=cfg.model.cls_only, embedding_dropout=cfg.model.embedding_dropout,
-                               token_dropout=cfg.model.token_dropout, mlp_dropout=cfg.model.mlp_dropout)
+    # configs/model/ holds exactly ModelConfig's architecture fields; the rest come from the tokenizer and data.
+    model_config = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True), vocab_size=len(tokenizer),
+                               n_classes=len(corpus.class_names), pe=cfg.pe, pad_id=tokenizer.pad_token_id)
     model = TextClassifier(model_config).to(device)
     log.info(f"model: {model.num_parameters():,} parameters, vocab {model_config.vocab_size}")
 
@@ -222,10 +219,7 @@ def train(cfg: DictConfig, run_dir: Path) -> dict:
         append_history(run_dir / "history.csv", row)
     metadata = {"config": OmegaConf.to_container(cfg, resolve=True),
                 "overrides": [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]}
-    training = TrainConfig(epochs=cfg.trainer.epochs, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay,
-                           schedule=cfg.trainer.schedule, warmup_epochs=cfg.trainer.warmup_epochs,
-                           grad_clip=cfg.trainer.grad_clip, label_smoothing=cfg.trainer.label_smoothing,
-                           patience=cfg.trainer.patience, precision=cfg.trainer.precision)
+    training = TrainConfig(**{f.name: cfg.trainer[f.name] for f in fields(TrainConfig)})  # the rest: data loading
     result = fit(model, loaders["train"], loaders["val"], training, device, state_path=run_dir / "last.pt",
                  best_path=run_dir / "best.pt", resume_state=state, metadata=metadata,
                  on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))

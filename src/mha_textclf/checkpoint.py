@@ -58,9 +58,11 @@ def _format_hint(obj, expected: str) -> str:
     return f", found {found!r}"
 
 
-def save_checkpoint(path: Path, model: TextClassifier, class_names: list[str]) -> None:
+def save_checkpoint(path: Path, model: TextClassifier, class_names: list[str],
+                    state_dict: dict | None = None) -> None:
+    """The model's weights (or `state_dict`, weights for the same model) and what rebuilds it."""
     atomic_save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": list(class_names),
-                 "state_dict": model.state_dict()}, path)
+                 "state_dict": state_dict if state_dict is not None else model.state_dict()}, path)
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[TextClassifier, list[str]]:
@@ -81,8 +83,7 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
 def save_best(path: Path, model: TextClassifier, state_dict: dict | None = None) -> None:
     """The best epoch's weights so far (best.pt; the model's own unless `state_dict` is given), in model.pt's format
     minus the class names it cannot know."""
-    atomic_save({"format": CHECKPOINT_FORMAT, "model_config": asdict(model.config), "class_names": [],
-                 "state_dict": state_dict if state_dict is not None else model.state_dict()}, path)
+    save_checkpoint(path, model, [], state_dict)
 
 
 def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
