@@ -144,6 +144,10 @@ def check_config(cfg: DictConfig) -> None:
                 "trainer.label_smoothing"):
         if not 0 <= OmegaConf.select(cfg, key) < 1:
             problems.append(f"{key}={OmegaConf.select(cfg, key)} must lie in [0, 1).")
+    model_fields = {f.name for f in fields(ModelConfig)}
+    for key in sorted(set(cfg.model) - model_fields):  # `+model.x=...` gets past Hydra's own key check
+        problems.append(f"model.{key} is not a model setting (known: {', '.join(sorted(model_fields & set(cfg.model)))}"
+                        "); drop it or fix its name.")
     if cfg.pe and cfg.model.d_model % 2:
         problems.append(f"pe=true needs an even model.d_model (sin/cos pairs), got {cfg.model.d_model}.")
     if problems:

@@ -50,6 +50,7 @@ CASES = [
     (["data.path={tiny-class}"], "Cannot carve a stratified validation split", {}),
     (["trainer.grad_clip=0"], "trainer.grad_clip=0 must be positive (or null for no clipping)", {}),
     (["trainer.warmup_epochs=-1"], "trainer.warmup_epochs=-1 must be 0 or more", {}),
+    (["+model.heads=4"], "model.heads is not a model setting", {}),
 ]
 
 
