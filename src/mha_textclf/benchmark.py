@@ -1,6 +1,6 @@
 """How fast and how memory-hungry each attention variant is: forward+backward of one attention layer per batch.
 
-Every case runs in a fresh process (spawned), so that one case's allocator state or caches cannot flatter the next.
+Every case runs in a fresh process, so that one case's allocator state or caches cannot flatter the next.
 Peak memory is what the forward+backward steps add at their peak over what was in use before them: on CPU the
 kernel's peak resident set, reset just before the steps (/proc/self/clear_refs), on CUDA `max_memory_allocated`.
 Time is the median over repeats after a warm-up step; CUDA work is synchronised before the clock is read. Achieved
@@ -17,12 +17,18 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
-from matplotlib.figure import Figure
 
 from mha_textclf.attention import VARIANTS, build_attention
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+# Each case runs in a freshly spawned process that imports this module: pandas and matplotlib are imported where the
+# parent process needs them, so that a case starts with torch alone.
 
 MODES = ("full", "cls_only")
 
@@ -138,13 +144,23 @@ def matmul_peak_gflops(device: str = "cpu", n: int = 2048, repeats: int = 5) -> 
 
 
 def _in_fresh_process(function, *args):
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
+    """Run one case in a new process. Where it can, forkserver forks it from a server that imported torch (and the
+    modules a case's process re-imports) once and never ran a kernel: the same clean start as spawn, without paying
+    the imports again for every case."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["torch", "pandas", "matplotlib.figure", "mha_textclf.benchmark"])
+    else:
+        context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
         return pool.apply(function, args)
 
 
 def run(seq_lens: list[int], B: int, devices: list[str], variants: list[str] | None = None, repeats: int = 5,
         memory_budget_gb: float = 8.0, log=print) -> tuple[pd.DataFrame, dict[str, float]]:
     """All cases (variant × mode × T × device), each in a fresh process; and each device's matmul peak."""
+    import pandas as pd
+
     variants = variants or list(VARIANTS)
     rows, peaks = [], {}
     for device in devices:
@@ -168,6 +184,8 @@ def run(seq_lens: list[int], B: int, devices: list[str], variants: list[str] | N
 
 def ratios(results: pd.DataFrame) -> pd.DataFrame:
     """Side-by-side time ratios per device and T, from one run: efficient/torch, naive/efficient, full/cls_only."""
+    import pandas as pd
+
     ms = results.pivot_table(index=["device", "T"], columns=["variant", "mode"], values="ms")
     out = pd.DataFrame(index=ms.index)
 
@@ -184,6 +202,8 @@ def ratios(results: pd.DataFrame) -> pd.DataFrame:
 
 def plot(results: pd.DataFrame) -> Figure:
     """Time per forward+backward against T, log-log, one line per variant and mode, one panel per device."""
+    from matplotlib.figure import Figure
+
     devices = list(results["device"].unique())
     fig = Figure(figsize=(6.5 * len(devices), 4.5), layout="constrained")
     axes = fig.subplots(1, len(devices), squeeze=False)[0]
