@@ -13,10 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from mha_textclf.baseline import FEATURES, tfidf_baseline
 from mha_textclf.data import load_corpus
 from mha_textclf.errors import UserError
-from mha_textclf.reports import library_versions, split_report, write_json
+from mha_textclf.reports import RunMetrics, split_report
+from mha_textclf.settings import TokenizerSettings
 from mha_textclf.tokenizer import get_tokenizer
 
 
@@ -27,31 +30,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the validation split's seed, as in train")
     parser.add_argument("--val-fraction", type=float, default=0.25)
     parser.add_argument("--max-length", type=int, default=512)
-    parser.add_argument("--vocab-size", type=int, default=1000)
-    parser.add_argument("--tokenizer-cache", default=os.environ.get("MHA_TEXTCLF_CACHE", "~/.cache/mha-textclf"))
+    parser.add_argument("--vocab-size", type=int, default=TokenizerSettings.vocab_size)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     name = f"tfidf-{args.features}"
     out = args.out or Path("outputs/baselines") / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{name}_seed-{args.seed}"
     try:
         corpus = load_corpus(args.data_path, args.val_fraction, args.seed)
-        tokenizer = (get_tokenizer(corpus.train.texts, args.vocab_size, None, args.tokenizer_cache, args.max_length)
+        tokenizer = (get_tokenizer(corpus.train.texts, TokenizerSettings(vocab_size=args.vocab_size), args.max_length)
                      if args.features == "wordpiece" else None)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     result = tfidf_baseline(corpus, args.features, tokenizer, args.max_length, args.seed)
     out.mkdir(parents=True, exist_ok=True)
-    metrics = {split: split_report(out, split, getattr(corpus, split).labels, result.predictions[split],
-                                   result.losses[split], corpus.class_names) for split in ("val", "test")}
-    metrics |= {"model": name, "pe": None, "seed": args.seed, "device": "cpu", "params": result.n_features
-                * len(corpus.class_names), "epochs": None, "train_seconds": result.train_seconds,
-                "epoch_seconds": [], "tokens_per_second": None, "class_names": corpus.class_names,
-                "features": args.features, "max_length": args.max_length, "interrupted": False,
-                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": library_versions()}
-    write_json(out / "metrics.json", metrics)
-    print(f"{name} seed {args.seed}: val accuracy {metrics['val']['accuracy']:.4f}  test accuracy "
-          f"{metrics['test']['accuracy']:.4f}  ({result.train_seconds:.1f}s)  ->  {out}")
+    splits = {split: split_report(out, split, getattr(corpus, split).labels, result.predictions[split],
+                                  result.losses[split], corpus.class_names) for split in ("val", "test")}
+    metrics = RunMetrics(model=name, pe=None, seed=args.seed, val=splits["val"], test=splits["test"],
+                         class_names=corpus.class_names, params=result.n_features * len(corpus.class_names),
+                         train_seconds=result.train_seconds, eval_seconds=0.0, epochs=0, best_epoch=None,
+                         stopped_early=False, interrupted_by=None, resumed_from=None, tokens_per_second=None,
+                         vocab_size=args.vocab_size if args.features == "wordpiece" else None, device="cpu",
+                         threads=1)
+    metrics.write(out / "metrics.json")
+    (out / "config.yaml").write_text(yaml.safe_dump({"model": {"attention": name}, **vars(args) | {"out": str(out)}}))
+    print(f"{name} seed {args.seed}: val accuracy {metrics.val.accuracy:.4f}  test accuracy "
+          f"{metrics.test.accuracy:.4f}  ({result.train_seconds:.1f}s)  ->  {out}")
     return 0
 
 

@@ -2,6 +2,9 @@
 
     python -m predict run_dir=outputs/runs/<run> text='["how are you","you how are"]'
     python -m predict run_dir=outputs/runs/<run> file=texts.txt out=predictions.csv
+
+`main` checks the command line against the schema (PredictSettings), Hydra composes configs/predict.yaml, and
+`predict` does the work with typed settings.
 """
 
 from __future__ import annotations
@@ -12,20 +15,28 @@ from pathlib import Path
 
 import hydra
 import pandas as pd
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig
 
+from mha_textclf import cli
 from mha_textclf.errors import UserError
 from mha_textclf.inference import load_run, predict_proba, probability_table
+from mha_textclf.settings import PredictSettings
 from mha_textclf.training import resolve_device
 
 log = logging.getLogger("predict")
 
 
+def main() -> None:
+    """`python -m predict ...`: every mistake on the command line in one message (exit 2), else Hydra's run."""
+    cli.check_command_line("predict", sys.argv[1:])  # also registers the schema Hydra composes with
+    hydra_main()
+
+
 @hydra.main(version_base="1.3", config_path="../configs", config_name="predict")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     """Print a table of text, probability per class and predicted class; optionally write it as CSV."""
     try:
-        table = predict(cfg)
+        table = predict(cli.to_settings(cfg))
     except UserError as e:
         log.error(str(e))
         sys.exit(2)
@@ -33,7 +44,7 @@ def main(cfg: DictConfig) -> None:
         print(table.to_string(index=False))
 
 
-def read_texts(text, file) -> list[str]:
+def read_texts(text: str | list[str] | None, file: str | None) -> list[str]:
     texts = [text] if isinstance(text, str) else list(text or [])
     if file is not None:
         path = Path(file).expanduser()
@@ -45,14 +56,14 @@ def read_texts(text, file) -> list[str]:
     return texts
 
 
-def predict(cfg: DictConfig) -> pd.DataFrame:
-    text = list(cfg.text) if isinstance(cfg.text, ListConfig) else cfg.text
-    texts = read_texts(text, cfg.file)
-    run = load_run(cfg.run_dir, resolve_device(cfg.device))
+def predict(settings: PredictSettings) -> pd.DataFrame:
+    """One row per text: its class probabilities and the predicted class (written to `settings.out` too)."""
+    texts = read_texts(settings.text, settings.file)
+    run = load_run(settings.run_dir, resolve_device(settings.device))
     table = probability_table(texts, predict_proba(run.model, run.tokenizer, texts), run.class_names)
-    if cfg.out is not None:
-        table.to_csv(cfg.out, index=False)
-        log.info(f"wrote {cfg.out}")
+    if settings.out is not None:
+        table.to_csv(settings.out, index=False)
+        log.info(f"wrote {settings.out}")
     return table
 
 

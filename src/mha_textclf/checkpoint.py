@@ -16,9 +16,10 @@ import torch
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
 
-# Bumped whenever the same weights would compute something else: /2 and /3 scale the embeddings by √d_model.
+# Bumped whenever the same file would mean something else: /2 (and state /3) scale the embeddings by √d_model;
+# state /4 times training and validation apart in its history.
 CHECKPOINT_FORMAT = "mha-textclf/2"
-TRAINING_STATE_FORMAT = "mha-textclf-training-state/3"
+TRAINING_STATE_FORMAT = "mha-textclf-training-state/4"
 
 
 def atomic_save(obj: dict, path: Path) -> None:
@@ -78,12 +79,6 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
     except RuntimeError as e:
         raise UserError(f"The weights in {path} do not match its own model config: {e}") from e
     return model.to(device).eval(), checkpoint["class_names"]
-
-
-def save_best(path: Path, model: TextClassifier, state_dict: dict | None = None) -> None:
-    """The best epoch's weights so far (best.pt; the model's own unless `state_dict` is given), in model.pt's format
-    minus the class names it cannot know."""
-    save_checkpoint(path, model, [], state_dict)
 
 
 def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -9,27 +9,21 @@ import torch
 from torch import Tensor, nn
 
 from mha_textclf.attention import build_attention
+from mha_textclf.settings import ModelSettings
 
 
-@dataclass
-class ModelConfig:
-    """The architecture. Regularisation defaults to off here; the pipeline's tuned values live in configs/model/."""
+@dataclass(kw_only=True)
+class ModelConfig(ModelSettings):
+    """The whole architecture: what a user sets (`ModelSettings`, with its defaults) plus what the pipeline derives.
+
+    Saved with the weights in every checkpoint, so a model can be rebuilt from its file alone.
+    """
 
     vocab_size: int  # from the tokenizer
     n_classes: int  # from the data
-    attention: str = "efficient"  # naive | efficient | torch
-    d_model: int = 64
-    n_heads: int = 8
-    mlp_hidden: int = 128
-    bias: bool = True
-    dropout: float = 0.0  # on the attention weights
-    embedding_dropout: float = 0.0  # on the token (+ position) embeddings
-    token_dropout: float = 0.0  # while training, hide each token but [CLS] from attention with this probability
-    mlp_dropout: float = 0.0  # on the [CLS] vector entering the classifier
-    pe: bool = False
-    max_length: int = 512  # longest input the positional encoding covers
-    pad_id: int = 0
-    cls_only: bool = False  # attend with the [CLS] query alone (same function without attention dropout; O(T))
+    pe: bool  # the top-level switch
+    max_length: int  # data.max_length: the longest input the positional encoding covers
+    pad_id: int  # the tokenizer's [PAD]
 
 
 class SinusoidalPositionalEncoding(nn.Module):

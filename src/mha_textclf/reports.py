@@ -8,6 +8,8 @@ import json
 import math
 import platform
 import re
+import time
+from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -15,7 +17,10 @@ import numpy as np
 from matplotlib.figure import Figure  # the object API: no pyplot global state, no display backend needed
 from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classification_report, f1_score
 
-HISTORY_COLUMNS = ["epoch", "train_loss", "val_loss", "val_accuracy", "epoch_seconds", "lr"]
+# Per epoch: train_seconds is the training pass alone, eval_seconds the validation after it (timed apart);
+# elapsed_train_seconds adds up the training passes so far.
+HISTORY_COLUMNS = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr", "train_seconds", "eval_seconds",
+                   "elapsed_train_seconds", "train_tokens"]
 LIBRARIES = ["torch", "transformers", "tokenizers", "datasets", "scikit-learn", "hydra-core", "numpy", "mha-textclf"]
 
 
@@ -29,8 +34,60 @@ def append_history(path: Path, row: dict) -> None:
         writer.writerow(row)
 
 
-def split_report(run_dir: Path, split: str, labels: list[int], predictions: list[int], loss: float,
-                 class_names: list[str]) -> dict:
+METRICS_FORMAT = "mha-textclf-metrics/1"
+
+
+@dataclass
+class SplitMetrics:
+    accuracy: float
+    macro_f1: float
+    loss: float | None  # mean cross-entropy; None for a classifier without probabilities
+    n_samples: int
+
+
+@dataclass
+class RunMetrics:
+    """metrics.json: what one run measured. Written by train and by the TF-IDF baseline, read by the summary.
+
+    What the run was told to do is in config.yaml beside it, and the per-epoch numbers are in history.csv; nothing
+    here repeats either, except the three settings every table is grouped by (model, pe, seed).
+    """
+
+    model: str  # the attention variant, or the baseline's name (tfidf-words)
+    pe: bool | None  # None for a baseline
+    seed: int
+    val: SplitMetrics  # the reported model (lowest validation loss) on the validation split
+    test: SplitMetrics  # ... and on the test split, evaluated once
+    class_names: list[str]
+    params: int  # learned parameters (for a baseline: its linear model's weights)
+    train_seconds: float  # training passes only, all epochs
+    eval_seconds: float  # validation after each epoch, all epochs
+    epochs: int  # finished epochs (0 for a baseline)
+    best_epoch: int | None  # the reported epoch
+    stopped_early: bool
+    interrupted_by: str | None  # SIGINT or SIGTERM when a signal stopped training
+    resumed_from: str | None  # the run folder this run continued
+    tokens_per_second: float | None  # real (non-padding) training tokens per training second
+    vocab_size: int | None
+    device: str
+    threads: int
+    finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    versions: dict[str, str] = field(default_factory=lambda: library_versions())
+    format: str = METRICS_FORMAT
+
+    def write(self, path: Path) -> None:
+        write_json(path, asdict(self))
+
+    @classmethod
+    def read(cls, path: Path) -> RunMetrics:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or data.get("format") != METRICS_FORMAT:
+            raise ValueError(f"{path} is not a {METRICS_FORMAT} file (written by an older version?)")
+        return cls(**data | {split: SplitMetrics(**data[split]) for split in ("val", "test")})
+
+
+def split_report(run_dir: Path, split: str, labels: list[int], predictions: list[int], loss: float | None,
+                 class_names: list[str]) -> SplitMetrics:
     """Write classification_report_<split>.txt/.json and confusion_matrix_<split>.png; return the split's metrics."""
     ids = list(range(len(class_names)))  # every class listed, even one absent from a small split
     kwargs = {"labels": ids, "target_names": class_names, "zero_division": 0, "digits": 4}
@@ -39,9 +96,9 @@ def split_report(run_dir: Path, split: str, labels: list[int], predictions: list
     (run_dir / f"classification_report_{split}.json").write_text(json.dumps(report, indent=2))
     plot_confusion_matrix(labels, predictions, class_names, run_dir / f"confusion_matrix_{split}.png",
                           title=f"{split} ({len(labels)} texts)")
-    return {"accuracy": accuracy_score(labels, predictions),
-            "macro_f1": f1_score(labels, predictions, labels=ids, average="macro", zero_division=0),
-            "loss": loss, "n_samples": len(labels)}
+    return SplitMetrics(accuracy=float(accuracy_score(labels, predictions)),
+                        macro_f1=float(f1_score(labels, predictions, labels=ids, average="macro", zero_division=0)),
+                        loss=loss, n_samples=len(labels))
 
 
 def plot_confusion_matrix(labels: list[int], predictions: list[int], class_names: list[str], path: Path,

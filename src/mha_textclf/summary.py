@@ -5,13 +5,14 @@ Used by the end-of-sweep Hydra callback and by `scripts/summarize.py`, for any f
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
+
+from mha_textclf.reports import RunMetrics
 
 RUN_COLUMNS = ["model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1",
                "epochs", "train_seconds", "median_epoch_seconds", "tokens_per_second", "params", "device", "run_dir"]
@@ -20,8 +21,10 @@ GROUP_METRICS = ["val_accuracy", "test_accuracy", "val_macro_f1", "test_macro_f1
 
 
 def find_runs(folder: Path) -> list[Path]:
-    """Every run folder below `folder`: finished ones hold metrics.json, failed ones at least Hydra's .hydra/."""
-    marked = {p.parent for p in folder.rglob("metrics.json")} | {p.parent for p in folder.rglob(".hydra")}
+    """Every run folder below `folder`: finished ones hold metrics.json, others at least config.yaml, error.txt or
+    Hydra's .hydra/."""
+    marked = {p.parent for name in ("metrics.json", "config.yaml", "error.txt", ".hydra") for p in folder.rglob(name)
+              if p.parent.name != ".hydra"}
     return sorted(marked, key=lambda p: (len(p.relative_to(folder).parts), _job_number(p), str(p)))
 
 
@@ -30,15 +33,24 @@ def _job_number(run_dir: Path) -> int:
     return int(head) if head.isdigit() else -1
 
 
-# Overrides that are already columns, or that say where things are rather than what was trained.
-NOT_SETTINGS = {"model", "pe", "seed", "data.path", "tokenizer.base", "tokenizer.cache_dir", "resume"}
+# Settings that are already columns, or that say where things are or how fast to go rather than what was trained.
+NOT_SETTINGS = {"model.attention", "pe", "seed", "data.path", "tokenizer.cache_dir", "resume", "trainer.num_threads"}
 
 
-def run_overrides(run_dir: Path) -> dict[str, str]:
-    """The command-line settings a run was started with (Hydra's overrides.yaml), minus the ones above."""
-    path = run_dir / ".hydra" / "overrides.yaml"
-    pairs = [o.lstrip("+~").split("=", 1) for o in (yaml.safe_load(path.read_text()) or [])] if path.exists() else []
-    return {k: v for k, v in (p for p in pairs if len(p) == 2) if k not in NOT_SETTINGS and not k.startswith("hydra")}
+def run_settings(run_dir: Path) -> dict[str, object]:
+    """The run's resolved settings, flattened (`trainer.lr`), from the config.yaml it wrote (Hydra's unresolved
+    .hydra/config.yaml for a run that failed before writing it); the keys above left out."""
+    path = run_dir / "config.yaml"
+    path = path if path.exists() else run_dir / ".hydra" / "config.yaml"
+    config = yaml.safe_load(path.read_text()) if path.exists() else {}
+    return {k: v for k, v in _flatten(config or {}).items() if k not in NOT_SETTINGS}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out |= _flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
 
 
 def run_row(run_dir: Path, root: Path) -> dict:
@@ -51,31 +63,35 @@ def run_row(run_dir: Path, root: Path) -> dict:
         error = run_dir / "error.txt"
         return row | {"model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
                       "seed": config.get("seed"), "status": "failed",
-                      "error": " ".join(error.read_text().split()) if error.exists() else "no metrics.json"}
-    m = json.loads(metrics_path.read_text())
-    epoch_seconds = pd.Series(m.get("epoch_seconds") or [math.nan])
+                      "error": " ".join(error.read_text().split()) if error.exists() else
+                      "no metrics.json and no error.txt: killed, or still running"}
+    try:
+        m = RunMetrics.read(metrics_path)
+    except (ValueError, TypeError, KeyError) as e:
+        return row | {"status": "failed", "error": f"unreadable metrics.json: {e}"}
+    history_path = run_dir / "history.csv"
+    epoch_seconds = pd.read_csv(history_path)["train_seconds"] if history_path.exists() else pd.Series([math.nan])
     return row | {
-        "model": m["model"], "pe": m.get("pe"), "seed": m.get("seed"),
-        "status": "interrupted" if m.get("interrupted") else "ok",
-        "val_accuracy": m["val"]["accuracy"], "val_macro_f1": m["val"]["macro_f1"],
-        "test_accuracy": m["test"]["accuracy"], "test_macro_f1": m["test"]["macro_f1"],
-        "epochs": m.get("epochs"), "train_seconds": m.get("train_seconds"),
-        "median_epoch_seconds": epoch_seconds.median(), "tokens_per_second": m.get("tokens_per_second"),
-        "params": m.get("params"), "device": m.get("device"),
+        "model": m.model, "pe": m.pe, "seed": m.seed, "status": "interrupted" if m.interrupted_by else "ok",
+        "val_accuracy": m.val.accuracy, "val_macro_f1": m.val.macro_f1,
+        "test_accuracy": m.test.accuracy, "test_macro_f1": m.test.macro_f1,
+        "epochs": m.epochs, "train_seconds": m.train_seconds, "median_epoch_seconds": epoch_seconds.median(),
+        "tokens_per_second": m.tokens_per_second, "params": m.params, "device": m.device,
     }
 
 
 def runs_table(folder: Path) -> pd.DataFrame:
-    """One row per run; every override that differs between runs (say model.dropout=0.1,0.3) becomes a column."""
+    """One row per run; every setting that differs between runs (say model.dropout=0.1,0.3) becomes a column."""
     folder = Path(folder)
     run_dirs = find_runs(folder)
     rows = [run_row(run_dir, folder) for run_dir in run_dirs]
-    overrides = [run_overrides(run_dir) for run_dir in run_dirs]
-    keys = sorted({k for o in overrides for k in o})
-    varying = [k for k in keys if len({o.get(k) for o in overrides}) > 1]
+    settings = [run_settings(run_dir) for run_dir in run_dirs]
+    keys = sorted({k for s in settings for k in s})
+    # A key varies when the runs that have it disagree (a baseline has no model.d_model: that is no difference).
+    varying = [k for k in keys if len({str(s[k]) for s in settings if k in s}) > 1]
     table = pd.DataFrame(rows, columns=[*RUN_COLUMNS, "error"])
     for position, key in enumerate(varying, start=RUN_COLUMNS.index("seed") + 1):
-        table.insert(position, key, [o.get(key, "(default)") for o in overrides])
+        table.insert(position, key, [str(s[key]) if key in s else "" for s in settings])
     return table
 
 

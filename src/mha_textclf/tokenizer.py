@@ -13,20 +13,25 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from mha_textclf.errors import UserError
+from mha_textclf.settings import TokenizerSettings
 
 # [PAD] first so that its id is 0, the padding_idx the embedding expects.
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CACHE_FORMAT = 1  # bump when the way tokenizers are built changes, so stale cache entries are not reused
 
 
-def get_tokenizer(
-    texts: list[str], vocab_size: int, base: str | None, cache_dir: str | Path, max_length: int
-) -> PreTrainedTokenizerBase:
+def cache_root(cache_dir: str | None) -> Path:
+    """tokenizer.cache_dir, or by default $MHA_TEXTCLF_CACHE, or ~/.cache/mha-textclf."""
+    return Path(cache_dir or os.environ.get("MHA_TEXTCLF_CACHE") or "~/.cache/mha-textclf").expanduser()
+
+
+def get_tokenizer(texts: list[str], settings: TokenizerSettings, max_length: int) -> PreTrainedTokenizerBase:
     """The tokenizer trained on `texts`, from the cache when it was built before with the same corpus and settings."""
-    cache_dir = Path(cache_dir).expanduser()
-    entry = cache_dir / cache_key(texts, vocab_size, base)
+    cache_dir = cache_root(settings.cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    entry = cache_dir / cache_key(texts, settings.vocab_size, settings.base)
     if not entry.is_dir():
-        tokenizer = train_tokenizer(texts, vocab_size, base)
+        tokenizer = train_tokenizer(texts, settings.vocab_size, settings.base)
         # Build under a private name, then rename: a concurrent run sees either no entry or a complete one.
         tmp = cache_dir / f".tmp-{entry.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tokenizer.save_pretrained(tmp)
@@ -49,9 +54,6 @@ def cache_key(texts: list[str], vocab_size: int, base: str | None) -> str:
 
 def train_tokenizer(texts: list[str], vocab_size: int, base: str | None = None) -> PreTrainedTokenizerBase:
     """From scratch (base=None) or by retraining `base` (hub id or folder) with `train_new_from_iterator`."""
-    if vocab_size < len(SPECIAL_TOKENS) + 1:
-        raise UserError(f"tokenizer.vocab_size={vocab_size} cannot even hold the special tokens {SPECIAL_TOKENS}; "
-                        "use a few hundred or more (default 1000).")
     if base is None:
         return _train_wordpiece(texts, vocab_size)
     local = Path(base).expanduser()
@@ -70,7 +72,7 @@ def _check_size(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> PreTrain
     if len(tokenizer) > vocab_size:
         raise UserError(f"tokenizer.vocab_size={vocab_size} is smaller than the special tokens plus the characters "
                         f"of the training texts need ({len(tokenizer)} tokens); use tokenizer.vocab_size="
-                        f"{len(tokenizer)} or more (default 1000).")
+                        f"{len(tokenizer)} or more.")
     return tokenizer
 
 

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from mha_textclf.checkpoint import restore_training_state, save_best, save_training_state
+from mha_textclf.checkpoint import restore_training_state, save_checkpoint, save_training_state
 from mha_textclf.errors import UserError
+from mha_textclf.settings import TrainerSettings
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +61,8 @@ def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-PRECISIONS = ("fp32", "bf16")
-
-
 def autocast(device: torch.device, precision: str):
     """bf16 autocast (matmuls and attention in bfloat16, reductions and the loss in float32) or plain fp32."""
-    if precision not in PRECISIONS:
-        raise UserError(f"trainer.precision={precision!r}; choose one of {', '.join(PRECISIONS)}.")
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
@@ -88,7 +85,7 @@ class DivergenceError(UserError):
     """The loss stopped being a finite number."""
 
 
-class _StopOnSignal:
+class StopOnSignal:
     """While active, SIGINT/SIGTERM only set `self.signal`; the loop stops cleanly after the current step.
 
     A second signal gets the default behaviour back (Ctrl-C twice aborts at once).
@@ -121,34 +118,6 @@ class _StopOnSignal:
                 signal.signal(sig, self._previous[sig])
 
 
-@dataclass
-class TrainConfig:
-    """How to train: optimiser, schedule, regularisation, stopping. Recorded in every run's metrics.json.
-
-    These defaults are the plain baseline (constant lr, nothing extra) for library callers and tests; the pipeline's
-    tuned defaults live in configs/trainer/default.yaml.
-    """
-
-    epochs: int = 10
-    lr: float = 1e-3
-    weight_decay: float = 0.01  # AdamW's decoupled decay
-    schedule: str = "constant"  # after warm-up: constant | linear | cosine decay to 0 at the last epoch
-    warmup_epochs: float = 0.0  # linear warm-up from 0 over this many epochs (fractions allowed)
-    grad_clip: float | None = None  # max global gradient norm
-    label_smoothing: float = 0.0  # training loss only: validation loss stays plain cross-entropy
-    patience: int | None = None  # stop after this many epochs without a lower validation loss
-    precision: str = "fp32"  # fp32 | bf16
-
-    def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise UserError(f"trainer.schedule={self.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
-        if self.precision not in PRECISIONS:
-            raise UserError(f"trainer.precision={self.precision!r}; choose one of {', '.join(PRECISIONS)}.")
-
-
-SCHEDULES = ("constant", "linear", "cosine")
-
-
 def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
     """Multiplier of the base learning rate at optimiser step `step` (0-based)."""
     if step < warmup_steps:
@@ -170,20 +139,22 @@ class FitResult:
 
 
 def fit(
-    model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, config: TrainConfig, device: torch.device,
-    *, state_path: Path | None = None, best_path: Path | None = None, resume_state: dict | None = None,
+    model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, config: TrainerSettings,
+    device: torch.device, *, stop: StopOnSignal | None = None, state_path: Path | None = None,
+    best_path: Path | None = None, class_names: list[str] | None = None, resume_state: dict | None = None,
     metadata: dict | None = None, on_epoch_end: Callable[[dict], None] = lambda row: None,
 ) -> FitResult:
     """Train with AdamW, the configured schedule and regularisation; validate after every epoch.
 
-    The model ends with the weights of the epoch with the lowest validation loss (saved to `best_path` whenever it
-    improves); with `config.patience` training stops once that many epochs brought no improvement.
-    After each epoch `on_epoch_end(row)` runs and, with `state_path`, the whole training state (model, optimiser,
-    schedule, RNG states, early-stopping state, history, `metadata`) is saved there atomically: finished work is on
-    disk before the next epoch. `resume_state` (a loaded state) continues after its epoch, reproducing the
-    uninterrupted run exactly. On SIGINT/SIGTERM the current epoch is abandoned and the model goes back to the best
-    finished epoch (to its initial weights when none has finished).
-    Rows hold epoch, train_loss, val_loss, val_accuracy, lr, epoch_seconds and train_tokens (non-padding tokens).
+    The model ends with the weights of the epoch with the lowest validation loss (saved to `best_path`, a checkpoint
+    with `class_names`, whenever it improves); with `config.patience` training stops once that many epochs brought
+    no improvement. After each epoch `on_epoch_end(row)` runs and, with `state_path`, the whole training state
+    (model, optimiser, schedule, RNG states, early-stopping state, history, `metadata`) is saved there atomically:
+    finished work is on disk before the next epoch. `resume_state` (a loaded state) continues after its epoch,
+    reproducing the uninterrupted run exactly. Once `stop` has caught SIGINT/SIGTERM the current epoch is abandoned
+    and the model goes back to the best finished epoch (to its initial weights when none has finished).
+    Rows hold epoch, train_loss, val_loss, val_accuracy, lr, the epoch's training and validation seconds (timed
+    apart), the training seconds so far, and train_tokens (non-padding tokens).
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = len(train_loader)
@@ -192,12 +163,17 @@ def fit(
     generator = train_loader.generator  # the batch order's own RNG (see data.make_loader)
     history, first_epoch = [], 1
     best = {"epoch": None, "val_loss": math.inf, "model": _snapshot(model)}
+
+    def save_best(weights: dict | None = None) -> None:
+        if best_path is not None:
+            save_checkpoint(best_path, model, class_names or [], weights)
+
     if resume_state is not None:
         restore_training_state(resume_state, model=model, optimizer=optimizer, scheduler=scheduler,
                                loader_generator=generator)
         history, first_epoch, best = list(resume_state["history"]), resume_state["epoch"] + 1, resume_state["best"]
-        if best["epoch"] is not None and best_path is not None:  # the new run folder gets its best.pt too
-            save_best(best_path, model, best["model"])
+        if best["epoch"] is not None:  # the new run folder gets its best.pt too
+            save_best(best["model"])
 
     def patience_ran_out(epoch: int) -> bool:
         return (config.patience is not None and best["epoch"] is not None and epoch < config.epochs
@@ -210,21 +186,24 @@ def fit(
     if history and patience_ran_out(history[-1]["epoch"]):  # stopped by a signal just as patience ran out
         return finish(stopped_early=True)
 
-    with _StopOnSignal() as stop:
+    # A caller that reports after training (train.py) holds `stop` across its reports too; alone, fit holds it.
+    with nullcontext(stop) if stop is not None else StopOnSignal() as stop:
         for epoch in range(first_epoch, config.epochs + 1):
             row = _train_epoch(model, train_loader, optimizer, scheduler, config, device, epoch, stop)
             if stop.signal:
                 return finish(interrupted=stop.signal)
+            start = time.perf_counter()
             val = evaluate(model, val_loader, device, config.precision)
-            row |= {"val_loss": val.loss, "val_accuracy": val.accuracy}
+            row |= {"val_loss": val.loss, "val_accuracy": val.accuracy, "eval_seconds": time.perf_counter() - start,
+                    "elapsed_train_seconds": (history[-1]["elapsed_train_seconds"] if history else 0.0)
+                    + row["train_seconds"]}
             improved = val.loss < best["val_loss"]
             if improved:
                 best = {"epoch": epoch, "val_loss": val.loss, "model": _snapshot(model)}
-                if best_path is not None:
-                    save_best(best_path, model)
+                save_best()
             log.info(f"epoch {epoch}/{config.epochs}: train_loss {row['train_loss']:.4f}  val_loss {val.loss:.4f}  "
-                     f"val_accuracy {val.accuracy:.4f}  lr {row['lr']:.2e}  ({row['epoch_seconds']:.1f}s)"
-                     + ("  *best*" if improved else ""))
+                     f"val_accuracy {val.accuracy:.4f}  lr {row['lr']:.2e}  (train {row['train_seconds']:.1f}s, "
+                     f"val {row['eval_seconds']:.1f}s)" + ("  *best*" if improved else ""))
             history.append(row)
             on_epoch_end(row)
             if state_path is not None:
@@ -244,8 +223,8 @@ def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 
-def _train_epoch(model, loader, optimizer, scheduler, config: TrainConfig, device, epoch: int,
-                 stop: _StopOnSignal) -> dict:
+def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, device, epoch: int,
+                 stop: StopOnSignal) -> dict:
     model.train()
     start = time.perf_counter()
     total_loss, n_samples, n_tokens = 0.0, 0, 0
@@ -277,4 +256,4 @@ def _train_epoch(model, loader, optimizer, scheduler, config: TrainConfig, devic
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # epoch time must include the queued GPU work
     return {"epoch": epoch, "train_loss": total_loss / max(n_samples, 1), "lr": lr,
-            "epoch_seconds": time.perf_counter() - start, "train_tokens": n_tokens}
+            "train_seconds": time.perf_counter() - start, "train_tokens": n_tokens}

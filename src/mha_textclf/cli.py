@@ -1,0 +1,165 @@
+"""What the two Hydra entry points (`train`, `predict`) share: the schema registered with Hydra, the command line
+checked before Hydra composes it, and the composed config turned into typed settings.
+
+Hydra refuses a misspelt key or a word where a number belongs with its own message, one mistake at a time, and
+accepts `+trainer.anything=...` silently. Checking the command line against the schema first lists every mistake in
+one message, names the closest valid keys, and exits with 2, like every other bad input. This is the only library
+module that sees Hydra's objects; the settings it returns are plain dataclasses.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from mha_textclf import settings as schema
+from mha_textclf.errors import UserError
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings}
+EXAMPLES = {
+    "train": """\
+  python -m train model=naive pe=true                 one run: a variant, with positional encoding
+  python -m train experiment=best                     the best settings found (configs/experiment/best.yaml)
+  python -m train experiment=smoke                    a seconds-long run that exercises everything
+  python -m train -m model=naive,efficient,torch pe=true,false seed=0,1,2     a sweep, summarised at its end
+  python -m train --cfg job --resolve                 print the composed settings and exit""",
+    "predict": """\
+  python -m predict run_dir=outputs/runs/<run> text='["how are you","you how are"]'
+  python -m predict run_dir=outputs/runs/<run> file=texts.txt out=predictions.csv""",
+}
+
+log = logging.getLogger(__name__)
+
+
+def register(app: str) -> None:
+    """Put the app's schema and its --help page into Hydra's ConfigStore (before Hydra composes anything).
+
+    configs/<app>.yaml lists `<app>_schema` first in its defaults, so every YAML value merges into a typed field.
+    """
+    store = ConfigStore.instance()
+    store.store(name=f"{app}_schema", node=SCHEMAS[app])
+    # The help page is a string.Template ($APP_CONFIG_GROUPS) inside an OmegaConf node (${...}): escape both.
+    table = schema.help_table(SCHEMAS[app]).replace("$", "$$").replace("${", "\\${")
+    groups = "== Config groups (group=option) ==\n$APP_CONFIG_GROUPS\n" if app == "train" else ""
+    template = (f"{SCHEMAS[app].__doc__}\n\n{groups}== Settings (key=value; default; meaning) ==\n{table}\n\n"
+                f"== Examples ==\n{EXAMPLES[app]}\n\n"
+                "Mistakes are listed together with what to change, and exit with code 2. "
+                "Hydra's own flags: --hydra-help.\n")
+    store.store(group="hydra/help", name=f"mha_{app}", node={"app_name": app, "header": "", "footer": "",
+                                                             "template": template})
+
+
+def check_command_line(app: str, argv: list[str]) -> None:
+    """Exit with every mistake in the command line's settings, or return and let Hydra take over.
+
+    Each `key=value` is checked against the schema (key, type, range, choices; every value of a sweep). A single run
+    is then composed as Hydra will compose it and checked as a whole (rules between settings, values from
+    experiment files), so all problems come out in one message.
+    """
+    from hydra._internal.utils import get_args_parser  # Hydra's own parser: flags are read exactly as Hydra reads them
+
+    register(app)
+    args, _ = get_args_parser().parse_known_args(argv)
+    if args.help or args.hydra_help or args.info or args.shell_completion:
+        return
+    try:
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException:
+        return  # a syntax error: Hydra's own message says where
+    found, clean = [], []
+    for override in overrides:
+        mistakes = check_override(SCHEMAS[app], override)
+        found += mistakes
+        if not mistakes:
+            clean.append(override.input_line)
+    if not args.multirun:
+        found += _composed_problems(args.config_name or app, clean, SCHEMAS[app])
+    if found:
+        report(app, found)
+
+
+def _is_group(key: str) -> bool:
+    return key == "hydra" or key.startswith(("hydra.", "hydra/")) or "/" in key or (CONFIG_DIR / key).is_dir()
+
+
+def check_override(cls: type, override: Override) -> list[str]:
+    """What is wrong with one `key=value` (or `+key=value`, or a sweep `key=a,b`) against schema `cls`."""
+    key = override.key_or_group
+    if _is_group(key) or override.type == OverrideType.DEL:
+        return []  # groups and Hydra's own settings: Hydra lists their choices itself
+    found = schema.lookup(cls, key)
+    if isinstance(found, str):
+        return [found]
+    owner, f = found
+    values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    mistakes = []
+    for value in values:
+        try:
+            typed = getattr(OmegaConf.merge(OmegaConf.structured(owner), {f.name: value}), f.name)
+        except OmegaConfBaseException:
+            kind = schema.describe_type(schema.field_type(owner, f.name))
+            mistakes.append(f"{key}={schema.show(value)}: must be {kind}.")
+            continue
+        if isinstance(typed, str) and "${" in typed:
+            continue  # an interpolation: checked once composed
+        why = schema.check_value(f, typed)
+        if why:
+            mistakes.append(f"{key}={schema.show(typed)}: {why}.")
+    return mistakes
+
+
+def _composed_problems(config_name: str, overrides: list[str], cls: type) -> list[str]:
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException):
+        return []  # e.g. model=transformer: Hydra's message lists the available options
+    return settings_problems(cfg)[1]
+
+
+def settings_problems(cfg: DictConfig) -> tuple[Any, list[str]]:
+    """The typed settings of a composed config (None if they cannot be built) and every problem in them."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        return None, [f"{key} is required ({_help_of(cfg, key)})." for key in missing]
+    try:
+        settings = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:  # e.g. an ${oc.env:...} without a default, of an unset variable
+        return None, [f"{e.full_key or 'config'}: {str(e).splitlines()[0]}"]
+    return settings, schema.problems(settings)
+
+
+def _help_of(cfg: DictConfig, key: str) -> str:
+    cls = OmegaConf.get_type(cfg)
+    found = schema.lookup(cls, key) if cls is not None else None
+    return found[1].metadata["help"] if isinstance(found, tuple) else "no default"
+
+
+def to_settings(cfg: DictConfig) -> Any:
+    """The typed settings of a composed config; a UserError listing every problem if it has any."""
+    settings, found = settings_problems(cfg)
+    if found:
+        raise UserError(_message(found))
+    return settings
+
+
+def _message(found: list[str]) -> str:
+    head = "Invalid setting:" if len(found) == 1 else f"Invalid settings ({len(found)} problems):"
+    return "\n  ".join([head, *found])
+
+
+def report(app: str, found: list[str]) -> None:
+    print(f"{_message(found)}\nEvery setting, its default and meaning: python -m {app} --help", file=sys.stderr)
+    sys.exit(2)

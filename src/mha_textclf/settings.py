@@ -1,0 +1,296 @@
+"""Every setting of `train` and `predict`, typed, with its default, its meaning and its valid range: the one source.
+
+One dataclass per config group (model, data, tokenizer, trainer, probes) and one per entry point (`TrainSettings`,
+`PredictSettings`). The entry points register them with Hydra as structured configs, so the YAML files in configs/
+hold only what differs from these defaults (a variant's `attention`, a dataset's `path`, an experiment's deltas), and
+`--help` is generated from the same fields. The library takes these objects as plain, typed arguments.
+
+`problems(settings)` checks ranges, choices and the rules that tie settings together, and returns every problem at
+once; `known_keys`, `lookup` and `check_value` let the command line be checked key by key before Hydra composes it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import operator
+import textwrap
+import typing
+from dataclasses import MISSING as NO_DEFAULT
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+from omegaconf import MISSING
+
+from mha_textclf.attention import VARIANTS
+
+SCHEDULES = ("constant", "linear", "cosine")
+PRECISIONS = ("fp32", "bf16")
+
+
+def setting(default: Any = NO_DEFAULT, help: str = "", *, factory=None, choices=None, gt=None, ge=None, lt=None,
+            le=None) -> Any:
+    """A dataclass field that carries its meaning (for --help) and its valid values (for `problems`)."""
+    metadata = {"help": help, "choices": choices, "gt": gt, "ge": ge, "lt": lt, "le": le}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class ModelSettings:
+    """The architecture a user chooses; the pipeline adds what it derives (see `model.ModelConfig`)."""
+
+    attention: str = setting(MISSING, "the attention variant, chosen with model=<variant>", choices=tuple(VARIANTS))
+    d_model: int = setting(64, "width of the token vectors and of attention", gt=0)
+    n_heads: int = setting(8, "attention heads; each gets d_model // n_heads dimensions", gt=0)
+    mlp_hidden: int = setting(128, "hidden units of the classifier MLP on the [CLS] vector", gt=0)
+    bias: bool = setting(True, "biases on the q/k/v/output projections")
+    dropout: float = setting(0.0, "dropout on the attention weights", ge=0, lt=1)
+    embedding_dropout: float = setting(0.0, "dropout on the token (+ position) embeddings", ge=0, lt=1)
+    token_dropout: float = setting(0.75, "while training, hide each token but [CLS] from attention with this "
+                                         "probability (word dropout)", ge=0, lt=1)
+    mlp_dropout: float = setting(0.0, "dropout on the [CLS] vector entering the classifier", ge=0, lt=1)
+    cls_only: bool = setting(False, "attend with the [CLS] query alone: O(T) instead of O(T²), the same logits and "
+                                    "gradients while model.dropout is 0")
+
+
+@dataclass
+class DataSettings:
+    path: str = setting(MISSING, "a Hugging Face hub id or a local folder (set by the data config, e.g. "
+                                 "data=bbc_news, which reads $BBC_NEWS_PATH)")
+    val_fraction: float = setting(0.25, "validation share carved from train, stratified, with `seed`", gt=0, lt=1)
+    max_length: int = setting(512, "tokens per text including [CLS] and [SEP]; longer texts are truncated", gt=2)
+    max_train_samples: int | None = setting(None, "subsample the training split (quick runs); val/test shrink in "
+                                                  "proportion unless max_eval_samples is set", gt=0)
+    max_eval_samples: int | None = setting(None, "cap the validation and test splits at this many texts", gt=0)
+    group_by_length: bool = setting(False, "batch training texts of similar length together (less padding), in a "
+                                           "seeded random order")
+
+
+@dataclass
+class TokenizerSettings:
+    vocab_size: int = setting(1000, "WordPiece vocabulary size, special tokens included", gt=0)
+    base: str | None = setting(None, "null: train WordPiece from scratch; a hub id or local folder: retrain that "
+                                     "tokenizer's pipeline on the training texts")
+    cache_dir: str | None = setting(None, "where trained tokenizers are cached; null: $MHA_TEXTCLF_CACHE or "
+                                          "~/.cache/mha-textclf")
+
+
+@dataclass
+class TrainerSettings:
+    epochs: int = setting(12, "passes over the training split", gt=0)
+    batch_size: int = setting(32, "texts per optimiser step", gt=0)
+    lr: float = setting(3e-3, "AdamW's peak learning rate", gt=0)
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay", ge=0)
+    schedule: str = setting("cosine", "learning-rate decay after the warm-up, per step (linear and cosine reach 0 "
+                                      "at the last epoch)",
+                            choices=SCHEDULES)
+    warmup_epochs: float = setting(1.0, "linear warm-up from 0 over this many epochs (fractions allowed)", ge=0)
+    grad_clip: float | None = setting(None, "max global gradient norm; null: no clipping", gt=0)
+    label_smoothing: float = setting(0.0, "label smoothing of the training loss (validation loss stays plain)",
+                                     ge=0, lt=1)
+    patience: int | None = setting(None, "stop after this many epochs without a lower validation loss; null: "
+                                         "train every epoch (the best epoch is reported either way)", gt=0)
+    num_threads: int | None = setting(None, "torch intra-op threads; null: torch's default, or the launcher's "
+                                            "share of the cores", gt=0)
+    precision: str = setting("fp32", "numeric precision; bf16 autocasts matmuls to bfloat16 (for CUDA; slower on "
+                                     "most CPUs)",
+                             choices=PRECISIONS)
+
+
+@dataclass
+class ProbeSettings:
+    attention: list[str] = setting(help="sentences drawn as attention heatmaps (attention_<slug>.png)",
+                                   factory=lambda: ["can you can that"])
+    order: list[str] = setting(help="the same words in other orders: their class probabilities "
+                                    "(order_probe.json) differ only with pe=true",
+                               factory=lambda: ["how are you", "you how are"])
+
+
+@dataclass
+class TrainSettings:
+    """python -m train: one run, or one job of a sweep."""
+
+    model: ModelSettings = setting(help="", factory=ModelSettings)
+    data: DataSettings = setting(help="", factory=DataSettings)
+    tokenizer: TokenizerSettings = setting(help="", factory=TokenizerSettings)
+    trainer: TrainerSettings = setting(help="", factory=TrainerSettings)
+    probes: ProbeSettings = setting(help="", factory=ProbeSettings)
+    pe: bool = setting(False, "add sinusoidal positional encoding to the token embeddings")
+    seed: int = setting(0, "seeds the validation split, weight init, batch order and dropout", ge=0, lt=2**32)
+    device: str = setting("auto", "auto (CUDA when available) | cpu | cuda | cuda:N")
+    resume: str | None = setting(None, "a run folder to continue from its last.pt, into a new run folder")
+
+
+@dataclass
+class PredictSettings:
+    """python -m predict: class probabilities for new texts from a trained run."""
+
+    run_dir: str = setting(MISSING, "a training run folder (holds model.pt and tokenizer/)")
+    text: Any = setting(None, "a text, or a list of texts: text='[\"first text\",\"second text\"]'")
+    file: str | None = setting(None, "a text file, one text per line (blank lines skipped)")
+    out: str | None = setting(None, "also write the table as CSV here")
+    device: str = setting("cpu", "cpu | cuda | cuda:N | auto; a model trained on a GPU runs on the CPU too")
+
+
+# Values the pipeline derives. They are model settings in the checkpoint (model.ModelConfig) but never on the
+# command line: each has one source, named here.
+DERIVED = {
+    "model.vocab_size": "the trained tokenizer's size (set tokenizer.vocab_size)",
+    "model.n_classes": "the classes in the training data",
+    "model.pad_id": "the tokenizer's [PAD] token",
+    "model.pe": "the top-level switch (use pe=true)",
+    "model.max_length": "data.max_length (set that)",
+}
+
+
+def field_type(owner: type, name: str) -> Any:
+    return typing.get_type_hints(owner)[name]
+
+
+def _leaves(cls: type, prefix: str = "") -> dict[str, tuple[type, Any]]:
+    """Every settable key (`trainer.lr`) with the dataclass that owns it and its field."""
+    out = {}
+    for f in fields(cls):
+        kind = field_type(cls, f.name)
+        if is_dataclass(kind):
+            out |= _leaves(kind, f"{prefix}{f.name}.")
+        else:
+            out[f"{prefix}{f.name}"] = (cls, f)
+    return out
+
+
+def known_keys(cls: type) -> list[str]:
+    return list(_leaves(cls))
+
+
+def lookup(cls: type, key: str) -> tuple[type, Any] | str:
+    """The (owner dataclass, field) of `key`, or a sentence saying why it is not a setting."""
+    leaves = _leaves(cls)
+    if key in leaves:
+        return leaves[key]
+    if key in DERIVED and cls is TrainSettings:
+        return f"{key} is set by the pipeline from {DERIVED[key]}."
+    group, _, name = key.rpartition(".")
+    siblings = [k.rpartition(".")[2] for k in leaves if k.rpartition(".")[0] == group]
+    if group and siblings:  # a known group, an unknown name in it: compare names within the group
+        close = [f"{group}.{n}" for n in difflib.get_close_matches(name, siblings, n=2, cutoff=0.6)]
+        hint = " or ".join(close) + "?" if close else f"the {group} settings are {', '.join(siblings)}."
+        return f"{key} is not a setting; " + ("did you mean " + hint if close else hint)
+    close = difflib.get_close_matches(key, leaves, n=2, cutoff=0.6)
+    return f"{key} is not a setting" + (f"; did you mean {' or '.join(close)}?" if close else
+                                        f" (see --help for all {len(leaves)}).")
+
+
+def describe_type(kind: Any) -> str:
+    """Words for a field type, for error messages and --help."""
+    args = typing.get_args(kind)
+    if type(None) in args:
+        return f"{describe_type(next(a for a in args if a is not type(None)))} or null"
+    names = {int: "a whole number", float: "a number", bool: "true or false", str: "text"}
+    if kind in names:
+        return names[kind]
+    if typing.get_origin(kind) is list:
+        return "a list"
+    return "a value"
+
+
+BOUNDS = {"gt": (operator.gt, ">"), "ge": (operator.ge, "≥"), "lt": (operator.lt, "<"), "le": (operator.le, "≤")}
+
+
+def check_value(f, value: Any) -> str | None:
+    """Why `value` is out of range or not among the choices of field `f`; None when it is fine.
+
+    Types are OmegaConf's to check (it converts `3` to 3.0 and refuses `abc` for a number); this checks values.
+    """
+    if value is None:
+        return None
+    m = f.metadata
+    if m.get("choices") and value not in m["choices"]:
+        return f"must be one of {', '.join(map(str, m['choices']))}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    broken = [f"{sign} {show(m[name])}" for name, (holds, sign) in BOUNDS.items()
+              if m.get(name) is not None and isinstance(value, int | float) and not holds(value, m[name])]
+    return "must be " + " and ".join(broken) if broken else None
+
+
+def problems(settings: Any, prefix: str = "") -> list[str]:
+    """Every out-of-range value, unknown choice and broken rule in `settings`, as `key=value: what is wrong`."""
+    found = []
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if is_dataclass(value):
+            found += problems(value, f"{prefix}{f.name}.")
+        elif (why := check_value(f, value)) is not None:
+            found.append(f"{prefix}{f.name}={show(value)}: {why}.")
+    if isinstance(settings, TrainSettings):
+        found += _train_rules(settings)
+    if isinstance(settings, PredictSettings):
+        found += _predict_rules(settings)
+    return found
+
+
+def _train_rules(s: TrainSettings) -> list[str]:
+    found = []
+    if s.model.n_heads > 0 and s.model.d_model % s.model.n_heads:
+        divisors = [n for n in range(1, s.model.d_model + 1) if s.model.d_model % n == 0]
+        found.append(f"model.n_heads={s.model.n_heads}: model.d_model={s.model.d_model} is not divisible by it; "
+                     f"each head gets d_model // n_heads dimensions (choose among {divisors[:12]}).")
+    if s.pe and s.model.d_model % 2:
+        found.append(f"pe=true needs an even model.d_model (sin/cos pairs), got {s.model.d_model}.")
+    return found
+
+
+def _predict_rules(s: PredictSettings) -> list[str]:
+    text = s.text
+    if text is None or isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text)):
+        return []
+    shown = show(text)
+    return [f"text={shown}: was read as {type(text).__name__}, not as text; quote it for Hydra, e.g. "
+            f"text=\"'{shown}'\" or text='[\"first text\",\"second text\"]'."]
+
+
+def show(value: Any) -> str:
+    """A value as it is typed on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(show(v) for v in value) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _interval(m: dict) -> str:
+    """The valid range as one unbreakable word: (0,1), [0,1), >0, ≥0."""
+    low = ("(", m["gt"]) if m.get("gt") is not None else ("[", m["ge"]) if m.get("ge") is not None else None
+    high = (")", m["lt"]) if m.get("lt") is not None else ("]", m["le"]) if m.get("le") is not None else None
+    if low and high:
+        return f"{low[0]}{show(low[1])},{show(high[1])}{high[0]}"
+    if low:
+        return f"{'>' if low[0] == '(' else '≥'}{show(low[1])}"
+    if high:
+        return f"{'<' if high[0] == ')' else '≤'}{show(high[1])}"
+    return ""
+
+
+def help_table(cls: type, width: int = 118) -> str:
+    """One entry per setting: key, default, meaning and valid values; for Hydra's --help template."""
+    rows = []
+    for key, (_, f) in _leaves(cls).items():
+        default = f.default_factory() if f.default_factory is not NO_DEFAULT else f.default
+        # A required value comes from a config group: model=efficient sets model.attention, data=... data.path.
+        shown = show(default) if default != MISSING else f"({key.split('.')[0]}=...)" if "." in key else "(required)"
+        valid = _interval(f.metadata) or " | ".join(f.metadata.get("choices") or ())
+        rows.append((key, shown, f.metadata["help"] + (f" ({valid})" if valid else "")))
+    key_width = max(len(k) for k, _, _ in rows) + 2
+    default_width = max(len(d) for _, d, _ in rows) + 2
+    indent = 2 + key_width + default_width
+    lines = []
+    for key, default, meaning in rows:
+        wrapped = textwrap.wrap(meaning, width=max(width - indent, 40))
+        lines.append(f"  {key:<{key_width}}{default:<{default_width}}{wrapped[0]}")
+        lines += [" " * indent + more for more in wrapped[1:]]
+    return "\n".join(lines)
