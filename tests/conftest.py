@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real data and the MiniLM tokenizer copy live, and a private tokenizer cache."""
+"""Shared fixtures: where the real data and the MiniLM tokenizer copy live, private caches, and the real configs
+composed and run in-process."""
 
 import os
 import subprocess
@@ -57,6 +58,31 @@ def write_jsonl(folder: Path, rows_by_split: dict[str, list[dict]]) -> Path:
     for split, rows in rows_by_split.items():
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
+
+
+def compose_config(overrides: list[str] = (), app: str = "train", hydra_config: bool = False):
+    """configs/<app>.yaml composed with `overrides`, as Hydra composes it for `python -m <app>`."""
+    from hydra import compose, initialize_config_dir
+
+    from mha_textclf import cli
+
+    cli.register(app)
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        return compose(app, overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+def settings_for(*overrides: str, app: str = "train"):
+    """The typed settings `python -m <app> <overrides>` would run with (problems raise UserError)."""
+    from mha_textclf import cli
+
+    return cli.to_settings(compose_config(overrides, app))
+
+
+def train_in_process(run_dir: Path, *overrides: str, data_dir: Path):
+    """`python -m train <overrides>` without a subprocess: the real configs, composed, then train() into run_dir."""
+    from train import train
+
+    return train(settings_for(f"data.path={data_dir}", *overrides), run_dir, overrides=list(overrides))
 
 
 def run_cli(module: str, *overrides: str, data_dir: Path | None = None,

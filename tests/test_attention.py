@@ -178,10 +178,18 @@ def test_unknown_variant_lists_the_choices():
         build_attention("flash", 16, 2)
 
 
-def test_torch_variant_wraps_nn_multihead_attention():
+def test_torch_variant_is_nn_multihead_attention_called_right():
+    """Ours against a separately built nn.MultiheadAttention holding the same weights, called with torch's own
+    defaults (need_weights=True, head-averaged weights): same output, so the mask reaches it with the right polarity
+    and the fast path changes nothing."""
     attention = build("torch", 4, 16, bias=True)
     assert isinstance(attention.mha, torch.nn.MultiheadAttention) and attention.mha.batch_first
-    x = torch.randn(2, 5, 16)
-    ours, _ = attention(x, x, x)
-    theirs, _ = attention.mha(x, x, x)  # torch's own defaults (need_weights=True): same output
-    torch.testing.assert_close(ours, theirs, atol=TOL, rtol=TOL)
+    theirs = torch.nn.MultiheadAttention(16, 4, bias=True, batch_first=True)
+    theirs.load_state_dict(attention.mha.state_dict())
+    x, _, _, mask = make_inputs(3, 7, 7, 16, cross=False)
+    ours, weights = attention(x, x, x, key_padding_mask=mask, need_weights=True)
+    expected, expected_weights = theirs(x, x, x, key_padding_mask=mask)
+    torch.testing.assert_close(ours, expected, atol=TOL, rtol=TOL)
+    torch.testing.assert_close(weights.mean(dim=1), expected_weights, atol=TOL, rtol=TOL)
+    fast, _ = attention(x, x, x, key_padding_mask=mask)
+    torch.testing.assert_close(fast, expected, atol=TOL, rtol=TOL)

@@ -11,7 +11,7 @@ from mha_textclf.model import ModelConfig, TextClassifier
 def build(variant="naive", pe=True):
     torch.manual_seed(0)
     return TextClassifier(ModelConfig(vocab_size=50, n_classes=5, attention=variant, d_model=16, n_heads=4,
-                                      mlp_hidden=32, pe=pe, max_length=32)).eval()
+                                      mlp_hidden=32, pe=pe, max_length=32, pad_id=0)).eval()
 
 
 def scheduler(optimizer):
@@ -52,7 +52,7 @@ def test_foreign_file_is_refused(tmp_path):
 
 
 def test_checkpoint_from_an_older_format_says_to_retrain(tmp_path):
-    model = TextClassifier(ModelConfig(vocab_size=50, n_classes=5, d_model=16, n_heads=4))
+    model = build()
     ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
     saved = torch.load(tmp_path / "model.pt", weights_only=True)
     torch.save(saved | {"format": "mha-textclf/1"}, tmp_path / "old.pt")

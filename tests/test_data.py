@@ -57,10 +57,17 @@ def test_local_csv_folder_and_class_names(tmp_path):
     (lambda r: [{"text": x["text"]} for x in r], "lacks column"),
     (lambda r: [x | {"label": "pos"} for x in r], "non-integer labels"),
     (lambda r: [x | {"label": 0} for x in r], "single class"),
+    (lambda r: [x | {"label": int(i == 0)} for i, x in enumerate(r)], "Cannot carve a stratified validation split"),
 ])
 def test_bad_local_data_is_a_clear_error(tmp_path, mutate, message):
     write_jsonl(tmp_path, {"train": mutate(rows(20)), "test": mutate(rows(4))})
     with pytest.raises(UserError, match=message):
+        load_corpus(str(tmp_path), 0.25, seed=0)
+
+
+def test_an_empty_split_is_a_clear_error(tmp_path):
+    write_jsonl(tmp_path, {"train": [], "test": rows(4)})
+    with pytest.raises(UserError, match="is empty"):
         load_corpus(str(tmp_path), 0.25, seed=0)
 
 

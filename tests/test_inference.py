@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import run_cli, run_train
+from conftest import run_cli, run_train, settings_for, train_in_process
 from mha_textclf.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, order_probe, predict_proba
 from mha_textclf.reports import plot_attention
 from mha_textclf.tokenizer import encode
+from predict import predict
 
 PROBES = ["how are you", "you how are"]
 
@@ -23,20 +24,22 @@ def runs(data_dir, tmp_path_factory):
     """Two tiny trained runs, without and with positional encoding."""
     folders = {}
     for pe in (False, True):
-        folder = tmp_path_factory.mktemp(f"run-pe-{pe}")
-        result = run_train(f"pe={str(pe).lower()}", "data.max_train_samples=48", "trainer.epochs=1",
-                           f"hydra.run.dir={folder}", data_dir=data_dir)
-        assert result.returncode == 0, result.stderr[-3000:]
-        folders[pe] = folder
+        folders[pe] = tmp_path_factory.mktemp(f"run-pe-{pe}")
+        train_in_process(folders[pe], f"pe={str(pe).lower()}", "experiment=smoke", "trainer.epochs=1",
+                         data_dir=data_dir)
     return folders
 
 
 @pytest.mark.slow
 def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path):
-    out = tmp_path / "predictions.csv"
-    result = run_cli("predict", f"run_dir={runs[True]}", f"text={json.dumps(PROBES)}", f"out={out}")
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    result = run_cli("predict", f"run_dir={runs[True]}", f"text={json.dumps(PROBES)}", "out=predictions.csv",
+                     cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]
-    table = pd.read_csv(out)
+    assert os.listdir(workdir) == ["predictions.csv"]  # nothing else lands in the current directory
+    assert "wrote" in result.stderr and "wrote" not in result.stdout  # the table on stdout, messages on stderr
+    table = pd.read_csv(workdir / "predictions.csv")
     run = load_run(runs[True])
     assert list(table.columns) == ["text", *run.class_names, "predicted"]
     assert table["text"].tolist() == PROBES
@@ -57,14 +60,16 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
 def test_predict_reads_a_file(runs, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("the minister said\n\nthe striker scored twice\n")
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
-    result = run_cli("predict", f"run_dir={runs[False]}", f"file={texts}", "out=predictions.csv", cwd=workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert pd.read_csv(workdir / "predictions.csv")["text"].tolist() == ["the minister said",
-                                                                        "the striker scored twice"]
-    assert os.listdir(workdir) == ["predictions.csv"]  # nothing else lands in the current directory
-    assert "the striker scored twice" in result.stdout and "wrote" in result.stderr  # table out, messages err
+    out = tmp_path / "predictions.csv"
+    table = predict(settings_for(f"run_dir={runs[False]}", f"file={texts}", f"out={out}", app="predict"))
+    assert table["text"].tolist() == ["the minister said", "the striker scored twice"]  # blank lines skipped
+    pd.testing.assert_frame_equal(pd.read_csv(out), table, check_dtype=False)
+    with pytest.raises(UserError, match="Nothing to predict"):
+        predict(settings_for(f"run_dir={runs[False]}", app="predict"))
+    with pytest.raises(UserError, match="does not exist"):
+        predict(settings_for(f"run_dir={runs[False]}", f"file={tmp_path / 'none.txt'}", app="predict"))
+    with pytest.raises(UserError, match="is not a folder"):
+        predict(settings_for(f"run_dir={tmp_path / 'nowhere'}", "text=hello", app="predict"))
 
 
 @pytest.mark.slow
@@ -108,10 +113,9 @@ def test_a_checkpoint_holding_code_is_refused_without_running_it(runs, tmp_path)
     (evil / "tokenizer").symlink_to(runs[False] / "tokenizer")
     marker = tmp_path / "pwned"
     torch.save({"format": CHECKPOINT_FORMAT, "state_dict": RunsCode(marker)}, evil / "model.pt")
-    result = run_cli("predict", f"run_dir={evil}", "text=hello")
-    assert result.returncode == 2
-    assert "not a checkpoint this project can load safely" in result.stdout + result.stderr
-    assert str(evil / "model.pt") in result.stdout + result.stderr
+    with pytest.raises(UserError, match="not a checkpoint this project can load safely") as info:
+        predict(settings_for(f"run_dir={evil}", "text=hello", app="predict"))
+    assert str(evil / "model.pt") in str(info.value)
     assert not marker.exists()
 
 

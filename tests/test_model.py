@@ -11,8 +11,9 @@ CLS, SEP, PAD = 2, 3, 0
 
 def build(variant="efficient", pe=False, seed=0, **overrides):
     torch.manual_seed(seed)
-    return TextClassifier(ModelConfig(vocab_size=50, n_classes=5, attention=variant, d_model=16, n_heads=4,
-                                      mlp_hidden=32, pe=pe, max_length=32, **overrides)).eval()
+    return TextClassifier(ModelConfig(**{"token_dropout": 0.0} | overrides, vocab_size=50, n_classes=5,
+                                      attention=variant, d_model=16, n_heads=4, mlp_hidden=32, pe=pe, max_length=32,
+                                      pad_id=PAD)).eval()
 
 
 def batch(lengths, T=None, seed=0):
@@ -118,7 +119,8 @@ def test_token_dropout_hides_tokens_like_padding_while_training_only(variant):
 
 
 def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
-    model = TextClassifier(ModelConfig(vocab_size=2000, n_classes=5, d_model=64, n_heads=8))
+    model = TextClassifier(ModelConfig(attention="efficient", vocab_size=2000, n_classes=5, d_model=64, n_heads=8,
+                                       pe=False, max_length=512, pad_id=PAD))
     assert model.embedding_scale == 8.0
     weight = model.embedding.weight.detach().clone()
     assert weight[0].abs().sum() == 0  # the padding row

@@ -1,8 +1,8 @@
 """No lost work: per-epoch history and last.pt, clean stop on SIGINT/SIGTERM, and exact resume."""
 
 import csv
-import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -10,16 +10,18 @@ import time
 
 import pytest
 
-from conftest import REPO, run_train
+import train as train_module
+from conftest import REPO, train_in_process
 from mha_textclf.checkpoint import load_training_state
+from mha_textclf.errors import UserError
+from mha_textclf.reports import RunMetrics
 
 # Dropout (attention, embedding and token dropout draw from the global RNG), a warm-up + cosine schedule, early
 # stopping and length grouping all carry state across epochs: resuming must restore each of them (RNG, scheduler,
 # best epoch, sampler generator), not just the weights.
-COMMON = ["data.max_train_samples=64", "trainer.batch_size=8", "model.dropout=0.2", "model.embedding_dropout=0.1",
-          "model.token_dropout=0.5",
-          "trainer.schedule=cosine", "trainer.warmup_epochs=1", "trainer.patience=2", "data.group_by_length=true",
-          "trainer.epochs=3", "pe=true"]
+COMMON = ["data.max_train_samples=40", "trainer.batch_size=8", "model.dropout=0.2", "model.embedding_dropout=0.1",
+          "model.token_dropout=0.5", "trainer.schedule=cosine", "trainer.warmup_epochs=1", "trainer.patience=2",
+          "data.group_by_length=true", "trainer.epochs=3", "probes.attention=[]", "pe=true"]
 COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr"]
 
 
@@ -31,58 +33,66 @@ def rows(run_dir):
         return list(csv.DictReader(f))
 
 
-def interrupt_after(epochs: int, sig: signal.Signals, run_dir, data_dir, *overrides) -> int:
-    """Start a run, send `sig` as soon as `epochs` epochs are on disk, return its exit code."""
-    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
-    process = subprocess.Popen([sys.executable, "-m", "train", *overrides, f"hydra.run.dir={run_dir}"], cwd=REPO,
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600
-    while len(rows(run_dir)) < epochs and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    process.send_signal(sig)
-    return process.wait(timeout=600)
+def interrupt_after_epoch(epochs: int, monkeypatch) -> None:
+    """Send this process SIGINT as soon as `epochs` epochs are in history.csv (as Ctrl-C would)."""
+    real = train_module.append_history
+
+    def append_then_interrupt(path, row):
+        real(path, row)
+        if row["epoch"] == epochs:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(train_module, "append_history", append_then_interrupt)
 
 
 @pytest.mark.slow
-def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path):
+def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path, monkeypatch):
     full, part, resumed = tmp_path / "full", tmp_path / "part", tmp_path / "resumed"
-    assert run_train(*COMMON, f"hydra.run.dir={full}", data_dir=data_dir).returncode == 0
+    train_in_process(full, *COMMON, data_dir=data_dir)
 
-    assert interrupt_after(2, signal.SIGINT, part, data_dir, *COMMON) == 130
+    with monkeypatch.context() as patch:
+        interrupt_after_epoch(2, patch)
+        metrics = train_in_process(part, *COMMON, data_dir=data_dir)
     assert [r["epoch"] for r in rows(part)] == ["1", "2"]
     state = load_training_state(part / "last.pt")
     assert state["epoch"] == 2 and len(state["history"]) == 2
-    metrics = json.loads((part / "metrics.json").read_text())
-    assert metrics["interrupted"] is True and metrics["interrupted_by"] == "SIGINT" and metrics["epochs"] == 2
+    assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2
     assert (part / "classification_report_test.txt").exists() and (part / "model.pt").exists()
 
-    result = run_train(*COMMON, f"resume={part}", f"hydra.run.dir={resumed}", data_dir=data_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
+    final = train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
     # Bitwise on CPU: every loss and accuracy, every epoch, and the final metrics.
     assert [{k: r[k] for k in COMPARED} for r in rows(resumed)] == [{k: r[k] for k in COMPARED} for r in rows(full)]
-    final = {name: json.loads((name / "metrics.json").read_text()) for name in (full, resumed)}
-    for split in ("val", "test"):
-        assert final[resumed][split] == final[full][split]
-    assert (final[resumed]["best_epoch"], final[resumed]["stopped_early"]) == (final[full]["best_epoch"],
-                                                                                final[full]["stopped_early"])
+    uninterrupted = RunMetrics.read(full / "metrics.json")
+    assert (final.val, final.test) == (uninterrupted.val, uninterrupted.test)
+    assert (final.best_epoch, final.stopped_early) == (uninterrupted.best_epoch, uninterrupted.stopped_early)
     assert (resumed / "best.pt").exists() and (resumed / "last.pt").exists()
-    assert final[resumed]["resumed_from"] == str(part) and final[resumed]["interrupted"] is False
+    assert final.resumed_from == str(part) and final.interrupted_by is None
 
 
 @pytest.mark.slow
-def test_sigterm_stops_cleanly(data_dir, tmp_path):
-    run_dir = tmp_path / "run"
-    assert interrupt_after(1, signal.SIGTERM, run_dir, data_dir, *COMMON[:-2], "trainer.epochs=20", "pe=true") == 143
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["interrupted"] is True and metrics["interrupted_by"] == "SIGTERM"
-    assert metrics["epochs"] == len(rows(run_dir)) >= 1
-
-
-@pytest.mark.slow
-def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path):
+def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monkeypatch):
     part = tmp_path / "part"
-    assert interrupt_after(1, signal.SIGINT, part, data_dir, *COMMON) == 130
-    result = run_train(*COMMON[:-1], f"resume={part}", f"hydra.run.dir={tmp_path / 'again'}", data_dir=data_dir)
-    output = result.stdout + result.stderr
-    assert result.returncode == 2
-    assert "pe differ" in output and f"python -m train {' '.join(COMMON)} resume={part}" in output
+    with monkeypatch.context() as patch:
+        interrupt_after_epoch(1, patch)
+        train_in_process(part, *COMMON, data_dir=data_dir)
+    with pytest.raises(UserError, match="pe differ") as info:
+        train_in_process(tmp_path / "again", *COMMON[:-1], f"resume={part}", data_dir=data_dir)
+    assert f"python -m train {shlex.join(COMMON)} resume={part}" in str(info.value)
+    with pytest.raises(UserError, match=r"No training state \(last.pt\)"):
+        train_in_process(tmp_path / "again", *COMMON, f"resume={tmp_path}", data_dir=data_dir)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_cleanly_with_exit_143(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
+    process = subprocess.Popen([sys.executable, "-m", "train", *COMMON[:-3], "trainer.epochs=20",
+                                f"hydra.run.dir={run_dir}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not rows(run_dir) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=600) == 143
+    metrics = RunMetrics.read(run_dir / "metrics.json")
+    assert metrics.interrupted_by == "SIGTERM" and metrics.epochs == len(rows(run_dir)) >= 1

@@ -1,7 +1,6 @@
 """Sweeps: failed jobs are reported and the rest summarised, parallel launchers work, the tokenizer cache is safe."""
 
 import importlib
-import json
 import multiprocessing as mp
 import os
 import subprocess
@@ -9,9 +8,10 @@ import sys
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
+import yaml
 
-from conftest import CONFIG_DIR, REPO, require, run_train
+from conftest import REPO, compose_config, require, run_train
+from mha_textclf.reports import RunMetrics, SplitMetrics
 from mha_textclf.summary import groups_table, runs_table
 from mha_textclf.tokenizer import load_tokenizer
 
@@ -37,7 +37,7 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
     assert len(runs) == 4
     failed = runs[runs["status"] == "failed"]
     assert sorted(failed["model"]) == ["efficient", "torch"]
-    assert failed["error"].str.contains("not divisible by model.n_heads=5").all()
+    assert failed["error"].str.contains("model.n_heads=5: model.d_model=64 is not divisible by it").all()
     assert (runs["status"] == "ok").sum() == 2
     assert "## Failed runs" in (sweep / "summary.md").read_text()
 
@@ -46,20 +46,34 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
     result = subprocess.run([sys.executable, "scripts/summarize.py", str(sweep)], cwd=REPO, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "## Failed runs" in result.stdout and "not divisible" in result.stdout
+    assert "## Failed runs" in result.stdout and "not divisible by it" in result.stdout
     pd.testing.assert_frame_equal(pd.read_csv(sweep / "summary.csv"), runs)
+
+
+def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, **settings):
+    """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv."""
+    folder.mkdir(parents=True)
+    split = SplitMetrics(accuracy=accuracy, macro_f1=accuracy, loss=1.0, n_samples=10)
+    RunMetrics(model=model, pe=False, seed=seed, val=split, test=split, class_names=["a", "b"], params=10,
+               train_seconds=2 * epoch_seconds, eval_seconds=0.1, epochs=2, best_epoch=2, stopped_early=False,
+               interrupted_by=None, resumed_from=None, tokens_per_second=1.0, vocab_size=100, device="cpu",
+               threads=1).write(folder / "metrics.json")
+    config = {"model": {"attention": model, "dropout": 0.0}, "seed": seed, "pe": False,
+              "tokenizer": {"base": None, "cache_dir": f"/cache/of/{folder.name}"}, "data": {"path": "/data"}}
+    for key, value in settings.items():
+        group, name = key.split("__")
+        config[group][name] = value
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    (folder / "history.csv").write_text(f"epoch,train_seconds\n1,{epoch_seconds}\n2,{epoch_seconds}\n")
 
 
 def test_groups_average_over_seeds_and_compare_speed(tmp_path):
     for i, (model, seed, acc, seconds) in enumerate([("naive", 0, 0.8, 30.0), ("naive", 1, 0.9, 34.0),
                                                      ("efficient", 0, 0.7, 10.0), ("efficient", 1, 0.9, 10.0)]):
-        run = tmp_path / f"{i}_run"
-        run.mkdir()
-        metrics = {"model": model, "pe": False, "seed": seed, "val": {"accuracy": acc, "macro_f1": acc},
-                   "test": {"accuracy": acc, "macro_f1": acc}, "epochs": 2, "train_seconds": 2 * seconds,
-                   "epoch_seconds": [seconds, seconds], "tokens_per_second": 1.0, "params": 10, "device": "cpu"}
-        (run / "metrics.json").write_text(json.dumps(metrics))
-    groups = groups_table(runs_table(tmp_path)).set_index("model")
+        fake_run(tmp_path / f"{i}_run", model, seed, acc, seconds)
+    runs = runs_table(tmp_path)
+    assert list(runs.columns[:4]) == ["model", "pe", "seed", "status"]  # cache_dir differs, but says where, not what
+    groups = groups_table(runs).set_index("model")
     assert groups.loc["naive", "val_accuracy_mean"] == pytest.approx(0.85)
     assert groups.loc["efficient", "val_accuracy_std"] == pytest.approx(0.1414, abs=1e-4)  # sample std over seeds
     assert groups.loc["naive", "epoch_time_vs_fastest"] == pytest.approx(3.2)
@@ -67,26 +81,31 @@ def test_groups_average_over_seeds_and_compare_speed(tmp_path):
 
 
 def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
-    for i, dropout in enumerate(["0.1", "0.1", "0.3", "0.3"]):
-        run = tmp_path / f"{i}_run"
-        (run / ".hydra").mkdir(parents=True)
-        (run / ".hydra" / "overrides.yaml").write_text(f"- model.dropout={dropout}\n- seed={i}\n- trainer.epochs=2\n")
-        metrics = {"model": "efficient", "pe": False, "seed": i, "val": {"accuracy": 0.5 + i / 10, "macro_f1": 0.5},
-                   "test": {"accuracy": 0.5, "macro_f1": 0.5}, "epochs": 2, "train_seconds": 2.0,
-                   "epoch_seconds": [1.0, 1.0], "tokens_per_second": 1.0, "params": 10, "device": "cpu"}
-        (run / "metrics.json").write_text(json.dumps(metrics))
+    for i, dropout in enumerate([0.1, 0.1, 0.3, 0.3]):
+        fake_run(tmp_path / f"{i}_run", seed=i, accuracy=0.5 + i / 10, model__dropout=dropout)
     runs = runs_table(tmp_path)
-    assert "model.dropout" in runs.columns and "trainer.epochs" not in runs.columns  # only what varies
+    assert "model.dropout" in runs.columns and "tokenizer.cache_dir" not in runs.columns  # only what varies
     groups = groups_table(runs).set_index("model.dropout")
     assert groups.loc["0.1", "runs"] == groups.loc["0.3", "runs"] == 2
     assert groups.loc["0.3", "val_accuracy_mean"] == pytest.approx(0.75)
 
 
+def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
+    """tokenizer.base names which tokenizer was retrained: a setting of the model, not a location."""
+    minilm = "../shared/tokenizers/all-MiniLM-L6-v2"
+    for i, base in enumerate([None, None, minilm, minilm]):
+        fake_run(tmp_path / f"{i}_run", seed=i % 2, tokenizer__base=base)
+    groups = groups_table(runs_table(tmp_path))
+    assert sorted(groups["tokenizer.base"]) == [minilm, "None"]
+    assert groups["runs"].tolist() == [2, 2]
+
+
 def build_cache(cache_dir, texts, barrier):
+    from mha_textclf.settings import TokenizerSettings
     from mha_textclf.tokenizer import get_tokenizer
 
     barrier.wait()  # both processes start building at the same moment
-    return len(get_tokenizer(texts, 300, None, cache_dir, max_length=64))
+    return len(get_tokenizer(texts, TokenizerSettings(vocab_size=300, cache_dir=str(cache_dir)), max_length=64))
 
 
 def test_two_processes_building_the_tokenizer_cache_at_once(train_texts, tmp_path):
@@ -111,15 +130,13 @@ def test_parallel_launchers_run_a_two_job_sweep(launcher, data_dir, tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     runs = pd.read_csv(sweep / "summary.csv")
     assert sorted(runs["model"]) == ["efficient", "torch"] and set(runs["status"]) == {"ok"}
-    threads = {json.loads((sweep / d / "metrics.json").read_text())["threads"] for d in runs["run_dir"]}
+    threads = {RunMetrics.read(sweep / d / "metrics.json").threads for d in runs["run_dir"]}
     expected = max(1, (os.cpu_count() or 1) // 2) if launcher == "joblib" else 1
     assert threads == {expected}  # jobs share the cores instead of oversubscribing them
 
 
 def test_slurm_config_composes_over_submitit():
     require_plugin("hydra_submitit_launcher")
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
-        cfg = compose("train", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
-                      return_hydra_config=True)
+    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert cfg.hydra.launcher.partition == "gpu" and cfg.hydra.launcher.cpus_per_task == 4

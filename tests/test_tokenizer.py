@@ -4,6 +4,7 @@ import pytest
 
 from mha_textclf import tokenizer as tok
 from mha_textclf.errors import UserError
+from mha_textclf.settings import TokenizerSettings
 
 
 @pytest.fixture(scope="module", params=["scratch", "minilm"])
@@ -42,7 +43,8 @@ def test_save_load_round_trip(trained, train_texts, tmp_path):
 
 def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, monkeypatch):
     texts = train_texts[:200]
-    first = tok.get_tokenizer(texts, 500, None, tmp_path, max_length=64)
+    settings = TokenizerSettings(vocab_size=500, cache_dir=str(tmp_path))
+    first = tok.get_tokenizer(texts, settings, max_length=64)
     entries = sorted(p.name for p in tmp_path.iterdir())
     assert len(entries) == 1 and not entries[0].startswith(".tmp")
 
@@ -50,7 +52,7 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
         raise AssertionError("the cached tokenizer should have been reused")
 
     monkeypatch.setattr(tok, "train_tokenizer", no_training)
-    again = tok.get_tokenizer(texts, 500, None, tmp_path, max_length=64)
+    again = tok.get_tokenizer(texts, settings, max_length=64)
     assert again.get_vocab() == first.get_vocab()
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts, 400, None)
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts[1:], 500, None)

@@ -1,23 +1,30 @@
-"""End to end through the real CLI: one run checks the run-folder contract, one multirun compares the variants."""
+"""End to end: one in-process run checks the run-folder contract, one multirun through the CLI compares the
+variants, and the stopping rules (early stopping, a signal during the final evaluation) leave honest reports."""
 
 import csv
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
-from conftest import run_train
+import train as train_module
+from conftest import run_train, train_in_process
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
+from mha_textclf.errors import UserError
+from mha_textclf.reports import RunMetrics
 from mha_textclf.tokenizer import load_tokenizer
 
-SMOKE = ["data.max_train_samples=48", "trainer.epochs=2", "trainer.batch_size=16"]
-CONTRACT = [".hydra/config.yaml", ".hydra/overrides.yaml", "train.log", "history.csv", "loss_curve.png",
-            "classification_report_val.txt", "classification_report_val.json", "classification_report_test.txt",
-            "classification_report_test.json", "confusion_matrix_val.png", "confusion_matrix_test.png",
-            "metrics.json", "model.pt", "best.pt", "last.pt", "tokenizer/tokenizer.json",
-            "attention_can_you_can_that.png", "order_probe.json"]
+SMOKE = ["experiment=smoke"]
+CONTRACT = ["config.yaml", "history.csv", "loss_curve.png", "classification_report_val.txt",
+            "classification_report_val.json", "classification_report_test.txt", "classification_report_test.json",
+            "confusion_matrix_val.png", "confusion_matrix_test.png", "metrics.json", "model.pt", "best.pt", "last.pt",
+            "tokenizer/tokenizer.json", "attention_can_you_can_that.png", "order_probe.json"]
 
 
 def history(run_dir: Path) -> list[dict]:
@@ -28,62 +35,86 @@ def history(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
     run_dir = tmp_path / "run"
-    result = run_train("model=efficient", "pe=true", *SMOKE, f"hydra.run.dir={run_dir}", data_dir=data_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
+    returned = train_in_process(run_dir, "model=efficient", "pe=true", *SMOKE, data_dir=data_dir)
     missing = [name for name in CONTRACT if not (run_dir / name).is_file()]
     assert not missing, f"missing from the run folder: {missing}"
 
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["model"] == "efficient" and metrics["pe"] is True and metrics["seed"] == 0
-    assert metrics["device"] == "cpu" and metrics["epochs"] == 2 and len(metrics["epoch_seconds"]) == 2
-    assert metrics["class_names"] == ["tech", "business", "sport", "entertainment", "politics"]
-    for split, n in (("val", 17), ("test", 53)):
-        assert set(metrics[split]) == {"accuracy", "macro_f1", "loss", "n_samples"}
-        assert metrics[split]["n_samples"] == n and 0 <= metrics[split]["accuracy"] <= 1
-    assert metrics["train_seconds"] > 0 and metrics["tokens_per_second"] > 0
-    assert {"torch", "transformers", "tokenizers", "python"} <= set(metrics["versions"])
+    metrics = RunMetrics.read(run_dir / "metrics.json")
+    assert metrics == returned
+    assert metrics.model == "efficient" and metrics.pe is True and metrics.seed == 0
+    assert metrics.device == "cpu" and metrics.epochs == 2
+    assert metrics.class_names == ["tech", "business", "sport", "entertainment", "politics"]
+    assert (metrics.val.n_samples, metrics.test.n_samples) == (17, 53)
+    assert 0 <= metrics.val.accuracy <= 1 and metrics.tokens_per_second > 0
+    assert {"torch", "transformers", "tokenizers", "python"} <= set(metrics.versions)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())  # the resolved settings the run used
+    assert config["model"]["attention"] == "efficient" and config["data"]["path"] == str(data_dir)
 
     rows = history(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2]
+    # Training and validation are timed apart; the training seconds add up to what metrics.json reports.
+    assert all(r["train_seconds"] > 0 and r["eval_seconds"] > 0 for r in rows)
+    assert rows[-1]["elapsed_train_seconds"] == pytest.approx(sum(r["train_seconds"] for r in rows))
+    assert metrics.train_seconds == pytest.approx(rows[-1]["elapsed_train_seconds"])
+    assert metrics.eval_seconds == pytest.approx(sum(r["eval_seconds"] for r in rows))
     best = min(rows, key=lambda r: r["val_loss"])  # reports come from the epoch with the lowest validation loss
-    assert metrics["best_epoch"] == best["epoch"] and best["val_accuracy"] == pytest.approx(metrics["val"]["accuracy"])
+    assert metrics.best_epoch == best["epoch"] and best["val_accuracy"] == pytest.approx(metrics.val.accuracy)
     report = json.loads((run_dir / "classification_report_test.json").read_text())
-    assert set(metrics["class_names"]) <= set(report)  # class names, not ids
-    assert "epoch 2/2" in (run_dir / "train.log").read_text()
+    assert set(metrics.class_names) <= set(report)  # class names, not ids
 
     model, class_names = load_checkpoint(run_dir / "model.pt")
-    assert model.config.attention == "efficient" and model.config.pe and class_names == metrics["class_names"]
+    assert model.config.attention == "efficient" and model.config.pe and class_names == metrics.class_names
+    # best.pt is a drop-in model too: same weights (the best epoch is the last here), same class names.
+    best_model, best_names = load_checkpoint(run_dir / "best.pt")
+    assert best_names == metrics.class_names and best_model.config == model.config
     tokenizer = load_tokenizer(run_dir / "tokenizer", max_length=512)
-    assert len(tokenizer) == model.config.vocab_size == metrics["vocab_size"]
-    assert model.num_parameters() == metrics["params"]
+    assert len(tokenizer) == model.config.vocab_size == metrics.vocab_size
+    assert model.num_parameters() == metrics.params
+
+
+def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, data_dir):
+    """A slow validation shows in eval_seconds and leaves train_seconds alone."""
+    from mha_textclf import training
+
+    real_evaluate = training.evaluate
+
+    def slow_evaluate(*args, **kwargs):
+        time.sleep(0.5)
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(training, "evaluate", slow_evaluate)
+    train_in_process(tmp_path, *SMOKE, "trainer.epochs=1", "probes.attention=[]", data_dir=data_dir)
+    (row,) = history(tmp_path)
+    assert row["eval_seconds"] >= 0.5 and row["train_seconds"] < row["eval_seconds"] + 5
+    assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
 
 
 @pytest.mark.slow
 def test_multirun_variants_agree(data_dir, tmp_path):
-    """Same seed, three variants, with and without PE: the same training trajectory (issue: one function)."""
+    """Same seed, three variants, with and without PE: the same training trajectory (one function)."""
     sweep = tmp_path / "sweep"
     result = run_train("-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, f"hydra.sweep.dir={sweep}",
                        data_dir=data_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
     assert sorted(int(name.split("_")[0]) for name in jobs) == list(range(6))  # one folder per job, numbered
-    assert "0_data.max_train_samples-48_model-naive_pe-False_trainer.batch_size-16_trainer.epochs-2" in jobs
+    assert "0_experiment-smoke_model-naive_pe-False" in jobs
 
     def job(model: str, pe: str) -> Path:
-        (name,) = [n for n in jobs if f"_model-{model}_" in n and f"_pe-{pe}_" in n]
+        (name,) = [n for n in jobs if f"_model-{model}_" in n and n.endswith(f"_pe-{pe}")]
         return jobs[name]
 
     for pe in ("False", "True"):
         runs = {m: job(m, pe) for m in ("naive", "efficient", "torch")}
         histories = {m: history(d) for m, d in runs.items()}
-        metrics = {m: json.loads((d / "metrics.json").read_text()) for m, d in runs.items()}
+        metrics = {m: RunMetrics.read(d / "metrics.json") for m, d in runs.items()}
         assert len(histories["efficient"]) == 2
         for m in ("naive", "torch"):
             for mine, theirs in zip(histories[m], histories["efficient"], strict=True):
                 for column in ("train_loss", "val_loss"):
                     assert mine[column] == pytest.approx(theirs[column], rel=1e-4), (m, pe, column)
-            assert metrics[m]["val"]["accuracy"] == pytest.approx(metrics["efficient"]["val"]["accuracy"], abs=1e-9)
-            assert metrics[m]["params"] == metrics["efficient"]["params"]
+            assert metrics[m].val.accuracy == pytest.approx(metrics["efficient"].val.accuracy, abs=1e-9)
+            assert metrics[m].params == metrics["efficient"].params
     # The end-of-sweep hook summarised it: one row per job, the grouped table, both plots.
     summary = pd.read_csv(sweep / "summary.csv")
     assert len(summary) == 6 and set(summary["status"]) == {"ok"}
@@ -93,26 +124,52 @@ def test_multirun_variants_agree(data_dir, tmp_path):
     assert (sweep / "loss_curves.png").stat().st_size > 0 and (sweep / "accuracy_vs_time.png").stat().st_size > 0
 
 
+PATIENCE = 1
+
+
 @pytest.mark.slow
 def test_long_inputs_and_early_stopping_end_to_end(data_dir, tmp_path):
-    run_dir = tmp_path / "run"
-    result = run_train("pe=true", "data.max_length=1024", "data.max_train_samples=48", "trainer.epochs=4",
-                       "trainer.patience=1", "trainer.lr=3e-2", "trainer.schedule=cosine", "trainer.warmup_epochs=1",
-                       "trainer.grad_clip=1.0", "trainer.label_smoothing=0.1", "model.embedding_dropout=0.1",
-                       "model.mlp_dropout=0.1", f"hydra.run.dir={run_dir}", data_dir=data_dir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    model, _ = load_checkpoint(run_dir / "model.pt")
+    # A learning rate this high overshoots: the validation loss rises again within a few epochs, so patience ends
+    # the run before trainer.epochs (checked below, so that a run that ignored patience could not pass).
+    metrics = train_in_process(
+        tmp_path, "pe=true", "data.max_length=1024", "data.max_train_samples=48", "trainer.epochs=8",
+        f"trainer.patience={PATIENCE}", "trainer.lr=3e-2", "trainer.schedule=constant", "trainer.grad_clip=1.0",
+        "trainer.label_smoothing=0.1", "model.embedding_dropout=0.1", "model.mlp_dropout=0.1", "probes.attention=[]",
+        data_dir=data_dir)
+    model, _ = load_checkpoint(tmp_path / "model.pt")
     assert model.positional.pe.shape[0] == 1024  # the PE buffer follows data.max_length...
     # ...and so does truncation: the tokens the pipeline trained on are the texts cut at 1024, not at 512.
-    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length=1024)
+    tokenizer = load_tokenizer(tmp_path / "tokenizer", max_length=1024)
     texts = load_corpus(str(data_dir), 0.25, seed=0, max_train_samples=48).train.texts
     lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
-    trained_on = load_training_state(run_dir / "last.pt")["history"][0]["train_tokens"]
+    trained_on = load_training_state(tmp_path / "last.pt")["history"][0]["train_tokens"]
     assert trained_on == sum(min(n, 1024) for n in lengths) > sum(min(n, 512) for n in lengths)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    rows = history(run_dir)
+    rows = history(tmp_path)
     best = min(rows, key=lambda r: r["val_loss"])
-    assert metrics["best_epoch"] == best["epoch"] and (run_dir / "best.pt").exists()
-    assert metrics["val"]["loss"] == pytest.approx(best["val_loss"], rel=1e-6)  # reported from the best epoch
-    assert metrics["training"]["schedule"] == "cosine" and metrics["regularisation"]["embedding_dropout"] == 0.1
-    assert metrics["stopped_early"] == (len(rows) < 4)
+    assert metrics.best_epoch == best["epoch"] and (tmp_path / "best.pt").exists()
+    assert metrics.val.loss == pytest.approx(best["val_loss"], rel=1e-6)  # reported from the best epoch
+    # Patience: the run ends exactly PATIENCE epochs after its best, and before its last epoch.
+    assert metrics.stopped_early and len(rows) == metrics.best_epoch + PATIENCE < 8
+
+
+def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypatch, tmp_path, data_dir):
+    real_evaluate = train_module.evaluate
+    calls = []
+
+    def interrupted_evaluate(model, loader, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the test split, evaluated once after training
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_evaluate(model, loader, *args, **kwargs)
+
+    monkeypatch.setattr(train_module, "evaluate", interrupted_evaluate)
+    metrics = train_in_process(tmp_path, *SMOKE, "probes.attention=[]", data_dir=data_dir)
+    assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2  # training itself had finished
+    assert RunMetrics.read(tmp_path / "metrics.json") == metrics
+    assert (tmp_path / "classification_report_test.txt").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is gone again
+
+
+def test_a_diverging_loss_stops_with_epoch_and_step(data_dir, tmp_path):
+    with pytest.raises(UserError, match="The training loss became nan at epoch 1, step"):
+        train_in_process(tmp_path, *SMOKE, "trainer.lr=1e30", "trainer.batch_size=4", data_dir=data_dir)

@@ -1,0 +1,150 @@
+"""The typed schema: every mistake a user can type is found, all at once, with the closest valid key; --help lists
+every setting with its default. In-process: the command-line check is called as `python -m train` calls it."""
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from conftest import settings_for
+from mha_textclf import cli
+from mha_textclf.errors import UserError
+from mha_textclf.settings import (
+    DERIVED,
+    PredictSettings,
+    TrainSettings,
+    help_table,
+    known_keys,
+    lookup,
+    problems,
+)
+
+
+def command_line_problems(*args: str, app: str = "train") -> list[str]:
+    """What `python -m <app> <args>` reports before Hydra runs (empty: it would run)."""
+    messages = []
+
+    def capture(app_name, found):
+        messages.extend(found)
+
+    original = cli.report
+    cli.report = capture
+    try:
+        cli.check_command_line(app, list(args))
+    finally:
+        cli.report = original
+    return messages
+
+
+# (command line, what the message must say): one case per kind of mistake.
+MISTAKES = [
+    (["trainer.warmup_epochs=abc"], "trainer.warmup_epochs=abc: must be a number"),
+    (["data.val_fraction=abc"], "data.val_fraction=abc: must be a number"),
+    (["trainer.epochs=2.5"], "trainer.epochs=2.5: must be a whole number"),
+    (["pe=maybe"], "pe=maybe: must be true or false"),
+    (["trainer.epochs=0"], "trainer.epochs=0: must be > 0"),
+    (["trainer.lr=0"], "trainer.lr=0: must be > 0"),
+    (["trainer.batch_size=-1"], "trainer.batch_size=-1: must be > 0"),
+    (["data.val_fraction=1.5"], "data.val_fraction=1.5: must be < 1"),
+    (["data.max_train_samples=0"], "data.max_train_samples=0: must be > 0"),
+    (["trainer.grad_clip=0"], "trainer.grad_clip=0: must be > 0"),
+    (["trainer.warmup_epochs=-1"], "trainer.warmup_epochs=-1: must be ≥ 0"),
+    (["model.token_dropout=1"], "model.token_dropout=1: must be < 1"),
+    (["seed=-1"], "seed=-1: must be ≥ 0"),
+    (["trainer.precision=fp16"], "trainer.precision=fp16: must be one of fp32, bf16"),
+    (["trainer.schedule=step"], "trainer.schedule=step: must be one of constant, linear, cosine"),
+    (["trainer.epoch=3"], "trainer.epoch is not a setting; did you mean trainer.epochs?"),
+    (["+trainer.epoch=3"], "trainer.epoch is not a setting; did you mean trainer.epochs?"),
+    (["+model.heads=4"], "model.heads is not a setting; did you mean model.n_heads?"),
+    (["+trainer.anything=1"], "the trainer settings are epochs, batch_size, lr"),
+    (["sed=1"], "sed is not a setting; did you mean seed?"),
+    (["+model.pe=true"], "model.pe is set by the pipeline from the top-level switch (use pe=true)"),
+    (["+model.vocab_size=500"], "model.vocab_size is set by the pipeline from the trained tokenizer's size"),
+    (["model.max_length=1024"], "model.max_length is set by the pipeline from data.max_length"),
+    (["model.n_heads=5"], "model.n_heads=5: model.d_model=64 is not divisible by it"),
+    (["model.d_model=63", "model.n_heads=1", "pe=true"], "pe=true needs an even model.d_model"),
+    (["model.attention=flash"], "model.attention=flash: must be one of naive, efficient, torch"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), MISTAKES, ids=[" ".join(a) for a, _ in MISTAKES])
+def test_every_mistake_is_named_with_what_to_change(args, message):
+    found = command_line_problems(*args)
+    assert len(found) == 1, found
+    assert message in found[0]
+
+
+def test_all_problems_come_in_one_message():
+    found = command_line_problems("trainer.epoch=3", "trainer.lr=abc", "model.n_heads=5", "data.val_fraction=2",
+                                  "+model.pe=true")
+    assert len(found) == 5
+    assert [f.split(" ")[0].split("=")[0].rstrip(":") for f in found] == [
+        "trainer.epoch", "trainer.lr", "data.val_fraction", "model.pe", "model.n_heads"]
+
+
+def test_every_value_of_a_sweep_is_checked():
+    assert command_line_problems("-m", "trainer.lr=1e-3,abc,0") == ["trainer.lr=abc: must be a number.",
+                                                                   "trainer.lr=0: must be > 0."]
+    assert command_line_problems("-m", "model=naive,efficient", "seed=range(0,3)") == []
+
+
+def test_values_from_experiment_files_are_checked_with_the_command_line():
+    # experiment=best sets data.max_length=1024; the rule between d_model and pe still sees the whole config.
+    assert command_line_problems("experiment=best", "model.d_model=63", "model.n_heads=1", "pe=true") == [
+        "pe=true needs an even model.d_model (sin/cos pairs), got 63."]
+
+
+def test_groups_help_and_hydras_own_keys_are_left_to_hydra():
+    assert command_line_problems("model=transformer") == []  # Hydra lists the variants itself
+    assert command_line_problems("hydra.run.dir=/tmp/x", "hydra/launcher=basic") == []
+    assert command_line_problems("--help", "trainer.epoch=3") == []
+
+
+def test_a_correct_command_line_passes():
+    assert command_line_problems("model=naive", "pe=true", "trainer.epochs=3", "trainer.lr=1e-3",
+                                 "data.max_train_samples=64", "trainer.grad_clip=null", "experiment=best") == []
+
+
+def test_predict_checks_its_own_settings():
+    assert command_line_problems("run_dir=x", "text=123", app="predict") == [
+        "text=123: was read as int, not as text; quote it for Hydra, e.g. text=\"'123'\" or "
+        "text='[\"first text\",\"second text\"]'."]
+    assert command_line_problems("run_dir=x", "txt=hello", app="predict") == [
+        "txt is not a setting; did you mean text?"]
+    found = command_line_problems("text=hello", app="predict")
+    assert found == ["run_dir is required (a training run folder (holds model.pt and tokenizer/))."]
+    assert command_line_problems("run_dir=x", "text='123'", app="predict") == []
+
+
+def test_settings_objects_are_checked_too():
+    settings = settings_for()
+    assert problems(settings) == []
+    settings.trainer.epochs, settings.model.n_heads = 0, 5
+    assert [p.split(":")[0] for p in problems(settings)] == ["trainer.epochs=0", "model.n_heads=5"]
+    with pytest.raises(UserError, match="Invalid setting"):
+        settings_for("trainer.lr=-1")
+
+
+def test_lookup_knows_every_key_and_the_derived_ones():
+    keys = known_keys(TrainSettings)
+    assert {"model.d_model", "trainer.lr", "data.path", "tokenizer.vocab_size", "pe", "probes.order"} <= set(keys)
+    assert not set(DERIVED) & set(keys)
+    for key in keys:
+        assert isinstance(lookup(TrainSettings, key), tuple), key
+    assert isinstance(lookup(PredictSettings, "model.pe"), str)
+
+
+def test_help_lists_every_setting_with_its_default():
+    table = help_table(TrainSettings)
+    defaults = TrainSettings()
+    for key in known_keys(TrainSettings):
+        line = next(line for line in table.splitlines() if line.split()[:1] == [key])
+        group, _, name = key.rpartition(".")
+        value = getattr(getattr(defaults, group) if group else defaults, name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            assert f" {value:g} " in line, line
+    assert "model.attention" in table and "(model=...)" in table
+    assert "constant | linear | cosine" in table
+
+
+def test_overrides_parse_like_hydra():
+    (override,) = OverridesParser.create().parse_overrides(["+trainer.lr=1e-3"])
+    assert cli.check_override(TrainSettings, override) == []
