@@ -56,8 +56,19 @@ def read_texts(text: str | list[str] | None, file: str | None) -> list[str]:
     return texts
 
 
+def check_out(out: str | None) -> None:
+    """Before any work: `out` must be a file in an existing folder."""
+    if out is None:
+        return
+    path = Path(out).expanduser()
+    if path.is_dir() or not path.parent.is_dir():
+        why = "is a folder" if path.is_dir() else f"is in {path.parent}, which does not exist"
+        raise UserError(f"out={out} {why}; give a file name in an existing folder, e.g. out=predictions.csv.")
+
+
 def predict(settings: PredictSettings) -> pd.DataFrame:
     """One row per text: its class probabilities and the predicted class (written to `settings.out` too)."""
+    check_out(settings.out)
     texts = read_texts(settings.text, settings.file)
     run = load_run(settings.run_dir, resolve_device(settings.device))
     table = probability_table(texts, predict_proba(run.model, run.tokenizer, texts), run.class_names)

@@ -68,6 +68,10 @@ def test_predict_reads_a_file(runs, tmp_path):
         predict(settings_for(f"run_dir={runs[False]}", app="predict"))
     with pytest.raises(UserError, match="does not exist"):
         predict(settings_for(f"run_dir={runs[False]}", f"file={tmp_path / 'none.txt'}", app="predict"))
+    with pytest.raises(UserError, match="which does not exist; give a file name in an existing folder"):
+        predict(settings_for(f"run_dir={runs[False]}", "text=hello", f"out={tmp_path}/no/such/file.csv", app="predict"))
+    with pytest.raises(UserError, match="is a folder"):
+        predict(settings_for(f"run_dir={runs[False]}", "text=hello", f"out={tmp_path}", app="predict"))
     with pytest.raises(UserError, match="is not a folder"):
         predict(settings_for(f"run_dir={tmp_path / 'nowhere'}", "text=hello", app="predict"))
 

@@ -75,7 +75,7 @@ def test_positional_encoding_follows_the_formula_and_max_length():
     t, i = 7, 2  # dimension pair (2i, 2i+1) = (4, 5)
     torch.testing.assert_close(pe[t, 2 * i], torch.sin(torch.tensor(t / 10000 ** (2 * i / 8))))
     torch.testing.assert_close(pe[t, 2 * i + 1], torch.cos(torch.tensor(t / 10000 ** (2 * i / 8))))
-    with pytest.raises(ValueError, match="max_length"):
+    with pytest.raises(AssertionError, match="positional encoding covers 32"):
         build(pe=True)(*batch([40]))
 
 

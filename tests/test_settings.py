@@ -61,7 +61,17 @@ MISTAKES = [
     (["model.max_length=1024"], "model.max_length is set by the pipeline from data.max_length"),
     (["model.n_heads=5"], "model.n_heads=5: model.d_model=64 is not divisible by it"),
     (["model.d_model=63", "model.n_heads=1", "pe=true"], "pe=true needs an even model.d_model"),
-    (["model.attention=flash"], "model.attention=flash: must be one of naive, efficient, torch"),
+    (["model.attention=naive"], "model.attention is chosen with model=naive|efficient|torch"),
+    (["trainer=default"], "trainer is a group of settings, not a value or a config group"),
+    (["lr=3e-3"], "lr is not a setting; did you mean trainer.lr?"),
+    (["seed=1.0"], "seed=1.0: must be a whole number"),
+    (["model=null"], "model=null: choose one of efficient, naive, torch"),
+    (["experiment=null"], "or leave experiment out"),
+    (["-m", "trainer.lr=interval(0,1)"], "interval(...) needs a sweeper that samples values"),
+    (["-m", "pe=glob(*)"], "glob(...) picks options of a config group"),
+    (["-m", "model.n_heads=5,8"], "model.n_heads=5: model.d_model=64 is not divisible by it"),
+    (["-m", "experiment=search", "model.d_model=63", "model.n_heads=1"], "pe=true needs an even model.d_model"),
+    (["model.d_model=abc", "model.n_heads=3"], "model.d_model=abc: must be a whole number"),  # and nothing else
 ]
 
 
@@ -92,6 +102,13 @@ def test_values_from_experiment_files_are_checked_with_the_command_line():
         "pe=true needs an even model.d_model (sin/cos pairs), got 63."]
 
 
+def test_interpolations_are_judged_once_composed():
+    assert command_line_problems("trainer.epochs=${trainer.batch_size}") == []
+    (found,) = command_line_problems("trainer.epochs=${trainer.lr}")
+    assert found.startswith("trainer.epochs: While dereferencing interpolation '${trainer.lr}'")
+    assert "could not be converted to Integer" in found
+
+
 def test_groups_help_and_hydras_own_keys_are_left_to_hydra():
     assert command_line_problems("model=transformer") == []  # Hydra lists the variants itself
     assert command_line_problems("hydra.run.dir=/tmp/x", "hydra/launcher=basic") == []
@@ -111,6 +128,7 @@ def test_predict_checks_its_own_settings():
         "txt is not a setting; did you mean text?"]
     found = command_line_problems("text=hello", app="predict")
     assert found == ["run_dir is required (a training run folder (holds model.pt and tokenizer/))."]
+    assert command_line_problems("run_dir=null", "text=hi", app="predict") == ["run_dir=null: must be text."]
     assert command_line_problems("run_dir=x", "text='123'", app="predict") == []
 
 
@@ -128,7 +146,7 @@ def test_lookup_knows_every_key_and_the_derived_ones():
     assert {"model.d_model", "trainer.lr", "data.path", "tokenizer.vocab_size", "pe", "probes.order"} <= set(keys)
     assert not set(DERIVED) & set(keys)
     for key in keys:
-        assert isinstance(lookup(TrainSettings, key), tuple), key
+        assert isinstance(lookup(TrainSettings, key), tuple) or key == "model.attention", key  # that: model=...
     assert isinstance(lookup(PredictSettings, "model.pe"), str)
 
 
@@ -148,3 +166,13 @@ def test_help_lists_every_setting_with_its_default():
 def test_overrides_parse_like_hydra():
     (override,) = OverridesParser.create().parse_overrides(["+trainer.lr=1e-3"])
     assert cli.check_override(TrainSettings, override) == []
+
+
+def test_derived_keys_are_exactly_what_the_model_config_adds():
+    from dataclasses import fields
+
+    from mha_textclf.model import ModelConfig
+    from mha_textclf.settings import ModelSettings
+
+    added = {f.name for f in fields(ModelConfig)} - {f.name for f in fields(ModelSettings)}
+    assert set(DERIVED) == {f"model.{name}" for name in added}

@@ -50,9 +50,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        if d_model % n_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; each head gets d_model // "
-                             "n_heads dimensions, so choose n_heads among the divisors of d_model.")
+        assert d_model % n_heads == 0, f"each head gets d_model // n_heads dimensions: {d_model} % {n_heads} != 0"
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.bias, self.dropout = bias, dropout
 
@@ -257,6 +255,5 @@ VARIANTS: dict[str, type[MultiHeadAttention]] = {
 
 def build_attention(variant: str, d_model: int, n_heads: int, bias: bool = True,
                     dropout: float = 0.0) -> MultiHeadAttention:
-    if variant not in VARIANTS:
-        raise ValueError(f"Unknown attention variant {variant!r}; choose one of {sorted(VARIANTS)}.")
+    assert variant in VARIANTS, f"unknown attention variant {variant!r}: {sorted(VARIANTS)}"
     return VARIANTS[variant](d_model, n_heads, bias=bias, dropout=dropout)

@@ -16,8 +16,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, OverrideType
-from hydra.errors import HydraException
+from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -62,9 +61,10 @@ def register(app: str) -> None:
 def check_command_line(app: str, argv: list[str]) -> None:
     """Exit with every mistake in the command line's settings, or return and let Hydra take over.
 
-    Each `key=value` is checked against the schema (key, type, range, choices; every value of a sweep). A single run
-    is then composed as Hydra will compose it and checked as a whole (rules between settings, values from
-    experiment files), so all problems come out in one message.
+    Each `key=value` is checked against the schema (key, type, range, choices; every value of a sweep). Then every
+    job is composed as Hydra will compose it (a sweep's every combination, with its experiment's sweeper params) and
+    checked as a whole: rules between settings, values from experiment files. All problems come out in one message.
+    This check never raises: whatever it cannot judge, Hydra reports in its own words.
     """
     from hydra._internal.utils import get_args_parser  # Hydra's own parser: flags are read exactly as Hydra reads them
 
@@ -74,16 +74,17 @@ def check_command_line(app: str, argv: list[str]) -> None:
         return
     try:
         overrides = OverridesParser.create().parse_overrides(args.overrides)
-    except HydraException:
+    except Exception:
         return  # a syntax error: Hydra's own message says where
-    found, clean = [], []
+    found, clean, dropped = [], [], []
     for override in overrides:
         mistakes = check_override(SCHEMAS[app], override)
         found += mistakes
-        if not mistakes:
-            clean.append(override.input_line)
-    if not args.multirun:
-        found += _composed_problems(args.config_name or app, clean, SCHEMAS[app])
+        (dropped if mistakes else clean).append(override)
+    for problem in _composed_problems(args.config_name or app, clean, args.multirun):
+        # A problem that names a dropped setting is one already reported (a rule checked against its default).
+        if problem not in found and not any(o.key_or_group in problem for o in dropped):
+            found.append(problem)
     if found:
         report(app, found)
 
@@ -95,48 +96,76 @@ def _is_group(key: str) -> bool:
 def check_override(cls: type, override: Override) -> list[str]:
     """What is wrong with one `key=value` (or `+key=value`, or a sweep `key=a,b`) against schema `cls`."""
     key = override.key_or_group
+    if override.is_sweep_override() and not override.is_discrete_sweep():
+        return [f"{override.input_line}: a sweep over this command line takes lists ({key}=a,b,c), range(...) or "
+                "choice(...); interval(...) needs a sweeper that samples values."]
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP and not _is_group(key):
+        return [f"{override.input_line}: glob(...) picks options of a config group (model=glob(*)); {key} is a "
+                f"setting: list its values instead ({key}=a,b)."]
+    if _is_group(key) and not key.startswith("hydra") and override.value() is None:
+        options = ", ".join(sorted(p.stem for p in (CONFIG_DIR / key).glob("*.yaml")))
+        return [f"{key}=null: choose one of {options} ({key}=...), or leave {key} out to run without one."
+                if key == "experiment" else f"{key}=null: choose one of {options} ({key}=...)."]
     if _is_group(key) or override.type == OverrideType.DEL:
         return []  # groups and Hydra's own settings: Hydra lists their choices itself
     found = schema.lookup(cls, key)
     if isinstance(found, str):
         return [found]
     owner, f = found
-    values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    try:
+        typed_values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [
+            override.get_value_element_as_str()]
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    except Exception as e:  # glob(...) over a key that is not a config group, say
+        return [f"{key}={override.get_value_element_as_str()}: {str(e).splitlines()[0]}"]
     mistakes = []
-    for value in values:
+    for value, as_typed in zip(values, typed_values, strict=True):
+        if isinstance(value, str) and "${" in value:
+            continue  # an interpolation: judged once the whole config is composed
         try:
             typed = getattr(OmegaConf.merge(OmegaConf.structured(owner), {f.name: value}), f.name)
         except OmegaConfBaseException:
             kind = schema.describe_type(schema.field_type(owner, f.name))
-            mistakes.append(f"{key}={schema.show(value)}: must be {kind}.")
+            mistakes.append(f"{key}={as_typed}: must be {kind}.")
             continue
-        if isinstance(typed, str) and "${" in typed:
-            continue  # an interpolation: checked once composed
         why = schema.check_value(f, typed)
         if why:
-            mistakes.append(f"{key}={schema.show(typed)}: {why}.")
+            mistakes.append(f"{key}={as_typed}: {why}.")
     return mistakes
 
 
-def _composed_problems(config_name: str, overrides: list[str], cls: type) -> list[str]:
-    from hydra import compose, initialize_config_dir
+MAX_JOBS_CHECKED = 1000  # a sweep's jobs are composed ~50 per second; past this, the jobs check themselves
 
+
+def _composed_problems(config_name: str, overrides: list[Override], multirun: bool) -> list[str]:
+    """The problems of every job these overrides make, each composed as Hydra composes it."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    found = []
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name, overrides=overrides)
-    except (HydraException, OmegaConfBaseException):
-        return []  # e.g. model=transformer: Hydra's message lists the available options
-    return settings_problems(cfg)[1]
+            jobs = [[o.input_line for o in overrides]]
+            if multirun:  # as Hydra's basic sweeper: the config's sweeper params, then the command line
+                plain = [o.input_line for o in overrides if not o.is_sweep_override()]
+                params = compose(config_name, overrides=plain, return_hydra_config=True).hydra.sweeper.get("params")
+                lines = [f"{k}={v}" for k, v in (params or {}).items()] + [o.input_line for o in overrides]
+                (jobs,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(lines), None)
+            for job in jobs[:MAX_JOBS_CHECKED]:
+                found += [p for p in settings_problems(compose(config_name, overrides=job))[1] if p not in found]
+    except Exception:
+        pass  # e.g. model=transformer: Hydra's own message lists the available options
+    return found
 
 
 def settings_problems(cfg: DictConfig) -> tuple[Any, list[str]]:
     """The typed settings of a composed config (None if they cannot be built) and every problem in them."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        return None, [f"{key} is required ({_help_of(cfg, key)})." for key in missing]
     try:
+        missing = sorted(OmegaConf.missing_keys(cfg))
+        if missing:
+            return None, [f"{key} is required ({_help_of(cfg, key)})." for key in missing]
         settings = OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as e:  # e.g. an ${oc.env:...} without a default, of an unset variable
+    except OmegaConfBaseException as e:  # an interpolation that does not resolve, or resolves to the wrong type
         return None, [f"{e.full_key or 'config'}: {str(e).splitlines()[0]}"]
     return settings, schema.problems(settings)
 

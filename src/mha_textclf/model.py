@@ -35,9 +35,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, max_length: int, d_model: int):
         super().__init__()
-        if d_model % 2:
-            raise ValueError(f"Sinusoidal positional encoding pairs dimensions as (sin, cos): d_model={d_model} "
-                             "must be even.")
+        assert d_model % 2 == 0, f"sinusoidal positional encoding pairs dimensions as (sin, cos): d_model={d_model}"
         position = torch.arange(max_length, dtype=torch.float32)[:, None]  # (T, 1)
         inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
         pe = torch.zeros(max_length, d_model)  # (T, C)
@@ -48,9 +46,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         T = x.size(1)
-        if self.pe.size(0) < T:
-            raise ValueError(f"Sequence of {T} tokens is longer than the positional encoding ({self.pe.size(0)}); "
-                             "raise data.max_length.")
+        assert self.pe.size(0) >= T, f"{T} tokens, but the positional encoding covers {self.pe.size(0)}"
         return x + self.pe[:T]  # (B, T, C) + (T, C)
 
 

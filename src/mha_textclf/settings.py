@@ -29,9 +29,13 @@ PRECISIONS = ("fp32", "bf16")
 
 
 def setting(default: Any = NO_DEFAULT, help: str = "", *, factory=None, choices=None, gt=None, ge=None, lt=None,
-            le=None) -> Any:
-    """A dataclass field that carries its meaning (for --help) and its valid values (for `problems`)."""
-    metadata = {"help": help, "choices": choices, "gt": gt, "ge": ge, "lt": lt, "le": le}
+            le=None, group_choice: str | None = None) -> Any:
+    """A dataclass field that carries its meaning (for --help) and its valid values (for `problems`).
+
+    `group_choice`: the value is set by choosing a config group option (model.attention by model=naive), and only
+    that way on the command line.
+    """
+    metadata = {"help": help, "choices": choices, "gt": gt, "ge": ge, "lt": lt, "le": le, "group_choice": group_choice}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -41,7 +45,8 @@ def setting(default: Any = NO_DEFAULT, help: str = "", *, factory=None, choices=
 class ModelSettings:
     """The architecture a user chooses; the pipeline adds what it derives (see `model.ModelConfig`)."""
 
-    attention: str = setting(MISSING, "the attention variant, chosen with model=<variant>", choices=tuple(VARIANTS))
+    attention: str = setting(MISSING, "the attention variant, chosen with model=<variant>", choices=tuple(VARIANTS),
+                             group_choice=f"model={'|'.join(VARIANTS)}")
     d_model: int = setting(64, "width of the token vectors and of attention", gt=0)
     n_heads: int = setting(8, "attention heads; each gets d_model // n_heads dimensions", gt=0)
     mlp_hidden: int = setting(128, "hidden units of the classifier MLP on the [CLS] vector", gt=0)
@@ -168,17 +173,23 @@ def known_keys(cls: type) -> list[str]:
 def lookup(cls: type, key: str) -> tuple[type, Any] | str:
     """The (owner dataclass, field) of `key`, or a sentence saying why it is not a setting."""
     leaves = _leaves(cls)
-    if key in leaves:
+    if key in leaves and not leaves[key][1].metadata.get("group_choice"):
         return leaves[key]
+    if key in leaves:  # model.attention: one way to choose the variant, and the run folder is named after it
+        return f"{key} is chosen with {leaves[key][1].metadata['group_choice']}."
     if key in DERIVED and cls is TrainSettings:
         return f"{key} is set by the pipeline from {DERIVED[key]}."
+    if any(k.startswith(f"{key}.") for k in leaves):
+        example = next(k for k in leaves if k.startswith(f"{key}."))
+        return f"{key} is a group of settings, not a value or a config group: set its keys, e.g. {example}=..."
     group, _, name = key.rpartition(".")
     siblings = [k.rpartition(".")[2] for k in leaves if k.rpartition(".")[0] == group]
     if group and siblings:  # a known group, an unknown name in it: compare names within the group
         close = [f"{group}.{n}" for n in difflib.get_close_matches(name, siblings, n=2, cutoff=0.6)]
         hint = " or ".join(close) + "?" if close else f"the {group} settings are {', '.join(siblings)}."
         return f"{key} is not a setting; " + ("did you mean " + hint if close else hint)
-    close = difflib.get_close_matches(key, leaves, n=2, cutoff=0.6)
+    close = difflib.get_close_matches(key, leaves, n=2, cutoff=0.6) or [
+        k for k in leaves if k.rpartition(".")[2] == name]  # lr=3e-3: the group left out
     return f"{key} is not a setting" + (f"; did you mean {' or '.join(close)}?" if close else
                                         f" (see --help for all {len(leaves)}).")
 
