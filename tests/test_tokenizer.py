@@ -1,5 +1,10 @@
 """The WordPiece tokenizer: size, special tokens, truncation, save/load, both training modes, the cache."""
 
+import multiprocessing as mp
+import shutil
+from collections import Counter
+from pathlib import Path
+
 import pytest
 
 from mha_textclf import tokenizer as tok
@@ -66,3 +71,56 @@ def test_vocab_too_small_is_a_clear_error(train_texts):
 def test_missing_tokenizer_folder_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="No tokenizer"):
         tok.load_tokenizer(tmp_path, max_length=512)
+
+
+SPECIALS = ["[PAD]", "[UNK]"]
+# The worked example of the Hugging Face course (WordPiece / BPE chapter), merged by hand:
+#   (##u, ##g) 20 -> ##ug; (##u, ##n) 16 -> ##un; (h, ##ug) 15 -> hug; (p, ##un) 12 -> pun;
+#   then a tie at 5 between (hug, ##s) and (p, ##ug): "hug" sorts before "p" -> hugs, then pug; (b, ##un) 4 -> bun.
+WORDS = {"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}
+EXPECTED = [*SPECIALS, "b", "g", "h", "n", "p", "s", "u", "##g", "##n", "##s", "##u",
+            "##ug", "##un", "hug", "pun", "hugs", "pug", "bun"]
+
+
+def test_learn_wordpiece_merges_the_most_frequent_pair_and_breaks_ties_by_text():
+    assert tok.learn_wordpiece(Counter(WORDS), len(EXPECTED), SPECIALS) == EXPECTED
+    assert tok.learn_wordpiece(Counter(WORDS), 15, SPECIALS) == EXPECTED[:15]  # stops at the size asked for
+    # The order words arrive in (a hash map's, in the Rust trainer) changes nothing.
+    reordered = Counter(dict(reversed(list(WORDS.items()))))
+    assert tok.learn_wordpiece(reordered, len(EXPECTED), SPECIALS) == EXPECTED
+
+
+def test_merges_inside_repeated_symbols_and_words_too_long_to_keep():
+    # a ##a ##a ##a: (##a, ##a) occurs twice per word -> ##aa, merged left to right: a ##aa ##a. Then a tie at 3
+    # between (##aa, ##a) and (a, ##aa): "#" sorts before "a" -> ##aaa, then aaaa. No pair is left: 7 tokens, not 10.
+    vocab = tok.learn_wordpiece(Counter({"aaaa": 3, "x" * 101: 50}), 10, SPECIALS)
+    assert vocab == [*SPECIALS, "a", "##a", "##aa", "##aaa", "aaaa"]  # nothing from the 101-character word: it
+    # encodes as [UNK] whatever the vocabulary holds
+
+
+def build_in_a_fresh_process(cache_dir, texts, base):
+    from mha_textclf.settings import TokenizerSettings
+    from mha_textclf.tokenizer import get_tokenizer
+
+    get_tokenizer(texts, TokenizerSettings(base=base, cache_dir=str(cache_dir)), max_length=512)
+    (entry,) = Path(cache_dir).iterdir()
+    return (entry / "tokenizer.json").read_bytes()
+
+
+@pytest.mark.parametrize("base", ["scratch", "minilm"])
+def test_the_same_texts_give_the_same_file_in_any_process(base, train_texts, minilm_dir, tmp_path):
+    base = None if base == "scratch" else str(minilm_dir)
+    with mp.get_context("spawn").Pool(2) as pool:  # fresh interpreters: each its own hash seed
+        files = pool.starmap(build_in_a_fresh_process, [(tmp_path / name, train_texts, base) for name in "ab"])
+    assert files[0] == files[1]
+
+
+def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts, minilm_dir, tmp_path):
+    copy = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, copy)
+    texts = train_texts[:10]
+    assert tok.cache_key(texts, 500, str(copy)) == tok.cache_key(texts, 500, str(minilm_dir))
+    with (copy / "tokenizer_config.json").open("a") as f:
+        f.write(" ")
+    assert tok.cache_key(texts, 500, str(copy)) != tok.cache_key(texts, 500, str(minilm_dir))
+    assert tok.cache_key(texts, 500, None) != tok.cache_key(texts, 500, str(minilm_dir))

@@ -1,15 +1,21 @@
-"""Train, cache and load the 1000-token WordPiece tokenizer (BERT-uncased style)."""
+"""Learn, cache and load the WordPiece tokenizer (BERT-uncased style, 1000 tokens by default), deterministically."""
 
 from __future__ import annotations
 
 import hashlib
+import heapq
+import itertools
+import json
 import os
 import shutil
 import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 import tokenizers
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+import transformers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from mha_textclf.errors import UserError
@@ -17,7 +23,8 @@ from mha_textclf.settings import TokenizerSettings
 
 # [PAD] first so that its id is 0, the padding_idx the embedding expects.
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-CACHE_FORMAT = 1  # bump when the way tokenizers are built changes, so stale cache entries are not reused
+# Bump when the way tokenizers are built changes, so stale cache entries are not reused (2: learn_wordpiece).
+CACHE_FORMAT = 2
 
 
 def cache_root(cache_dir: str | None) -> Path:
@@ -28,7 +35,11 @@ def cache_root(cache_dir: str | None) -> Path:
 def get_tokenizer(texts: list[str], settings: TokenizerSettings, max_length: int) -> PreTrainedTokenizerBase:
     """The tokenizer trained on `texts`, from the cache when it was built before with the same corpus and settings."""
     cache_dir = cache_root(settings.cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"The tokenizer cache {cache_dir} cannot be created ({e.strerror}); point "
+                        "tokenizer.cache_dir (or MHA_TEXTCLF_CACHE) at a writable folder.") from e
     entry = cache_dir / cache_key(texts, settings.vocab_size, settings.base)
     if not entry.is_dir():
         tokenizer = train_tokenizer(texts, settings.vocab_size, settings.base)
@@ -43,55 +54,168 @@ def get_tokenizer(texts: list[str], settings: TokenizerSettings, max_length: int
 
 
 def cache_key(texts: list[str], vocab_size: int, base: str | None) -> str:
+    """A name for everything that decides the trained tokenizer: the texts, the settings, the libraries that train
+    it, and the base tokenizer's own files (their content, not their path: a moved copy is the same tokenizer)."""
     h = hashlib.sha256()
-    base_id = str(Path(base).expanduser().resolve()) if base and Path(base).expanduser().exists() else str(base)
-    for part in (f"format={CACHE_FORMAT}", f"tokenizers={tokenizers.__version__}", f"vocab={vocab_size}",
-                 f"base={base_id}", *texts):
+    for part in (f"format={CACHE_FORMAT}", f"tokenizers={tokenizers.__version__}",
+                 f"transformers={transformers.__version__}", f"vocab={vocab_size}", f"base={_base_id(base)}", *texts):
         h.update(part.encode())
         h.update(b"\0")
     return f"wordpiece-{vocab_size}-{h.hexdigest()[:16]}"
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, base: str | None = None) -> PreTrainedTokenizerBase:
-    """From scratch (base=None) or by retraining `base` (hub id or folder) with `train_new_from_iterator`."""
+def _base_id(base: str | None) -> str:
+    folder = Path(base).expanduser() if base else None
+    if folder is None or not folder.is_dir():
+        return str(base)  # null, or a hub id
+    h = hashlib.sha256()
+    for file in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".json", ".txt")):
+        h.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return f"folder:{h.hexdigest()}"
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, base: str | None = None) -> PreTrainedTokenizerFast:
+    """A WordPiece vocabulary learned on `texts`, inside a BERT-uncased pipeline (base=None) or inside `base`'s own
+    (a hub id or folder of a WordPiece tokenizer: its normalizer, pre-tokenizer, special tokens and templates)."""
+    spec, special_tokens = _pipeline(base)
+    backend = Tokenizer.from_str(json.dumps(spec))
+    specials = [t["content"] for t in sorted(spec["added_tokens"], key=lambda t: t["id"]) if t["special"]]
+    model = spec["model"]
+    vocab = learn_wordpiece(count_words(texts, backend), vocab_size, specials, model["continuing_subword_prefix"],
+                            model["max_input_chars_per_word"])
+    if len(vocab) > vocab_size:
+        # Every character of the corpus (and its ## form) is a token whatever vocab_size says.
+        raise UserError(f"tokenizer.vocab_size={vocab_size} is smaller than the special tokens plus the characters "
+                        f"of the training texts need ({len(vocab)} tokens); use tokenizer.vocab_size={len(vocab)} or "
+                        "more.")
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(_with_vocabulary(spec, vocab))),
+                                   **special_tokens)
+
+
+def _pipeline(base: str | None) -> tuple[dict, dict[str, str]]:
+    """The serialised tokenizer to learn a vocabulary for (its model's vocabulary still the base's, or specials
+    only), and its special tokens by role (unk_token, pad_token, ...)."""
     if base is None:
-        return _train_wordpiece(texts, vocab_size)
+        tokenizer = Tokenizer(models.WordPiece(vocab={t: i for i, t in enumerate(SPECIAL_TOKENS)}, unk_token="[UNK]"))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[(t, SPECIAL_TOKENS.index(t)) for t in ("[CLS]", "[SEP]")])
+        tokenizer.add_special_tokens(SPECIAL_TOKENS)
+        roles = dict(zip(["pad_token", "unk_token", "cls_token", "sep_token", "mask_token"], SPECIAL_TOKENS,
+                         strict=True))
+        return json.loads(tokenizer.to_str()), roles
     local = Path(base).expanduser()
     try:
         base_tokenizer = AutoTokenizer.from_pretrained(str(local) if local.exists() else base)
+        spec = json.loads(base_tokenizer.backend_tokenizer.to_str())
     except Exception as e:
         raise UserError(f"Could not load tokenizer.base={base!r}: {type(e).__name__}: {e}\nGive a local folder "
                         "with tokenizer.json (e.g. ../shared/tokenizers/all-MiniLM-L6-v2), or null to train from "
                         "scratch.") from e
-    return _check_size(base_tokenizer.train_new_from_iterator(texts, vocab_size=vocab_size), vocab_size)
+    if spec["model"]["type"] != "WordPiece":
+        raise UserError(f"tokenizer.base={base!r} is a {spec['model']['type']} tokenizer; this pipeline learns "
+                        "WordPiece vocabularies, so give a WordPiece (BERT-style) tokenizer, or null.")
+    return spec, base_tokenizer.special_tokens_map
 
 
-def _check_size(tokenizer: PreTrainedTokenizerBase, vocab_size: int) -> PreTrainedTokenizerBase:
-    # WordPiece keeps every character of the corpus (and its ## form) whatever vocab_size says: below that floor
-    # the trainer silently returns a larger vocabulary than asked for.
-    if len(tokenizer) > vocab_size:
-        raise UserError(f"tokenizer.vocab_size={vocab_size} is smaller than the special tokens plus the characters "
-                        f"of the training texts need ({len(tokenizer)} tokens); use tokenizer.vocab_size="
-                        f"{len(tokenizer)} or more.")
-    return tokenizer
+def count_words(texts: Iterable[str], backend: Tokenizer) -> Counter[str]:
+    """How often each word occurs, words as the tokenizer's normalizer and pre-tokenizer make them."""
+    words = Counter()
+    for text in texts:
+        normalized = backend.normalizer.normalize_str(text) if backend.normalizer else text
+        pieces = backend.pre_tokenizer.pre_tokenize_str(normalized) if backend.pre_tokenizer else [(normalized, 0)]
+        words.update(word for word, _ in pieces)
+    return words
 
 
-def _train_wordpiece(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer)
-    cls_id, sep_id = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]"))
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-    )
-    return _check_size(PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]",
-    ), vocab_size)
+def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], prefix: str = "##",
+                    max_word_length: int = 100) -> list[str]:
+    """The WordPiece vocabulary, learned the way the tokenizers library learns it (frequency-ranked merges of
+    adjacent symbols, as in BPE), but with ties broken by the tokens' text.
+
+    The library breaks ties by token id, and numbers the `##` tokens in hash-map order, which Rust seeds anew in
+    every process: the same texts then give different vocabularies on small corpora and different ids on large ones.
+    Here the same words always give the same list: the special tokens, every character (and, where it occurs
+    inside a word, its `##` form) in code-point order, then each merged token in the order it was learned.
+    """
+    words = {w: n for w, n in words.items() if len(w) <= max_word_length}  # longer words encode as [UNK] anyway
+    alphabet = sorted({c for w in words for c in w}) + sorted({prefix + c for w in words for c in w[1:]})
+    vocab = specials + [t for t in alphabet if t not in specials]
+    ids = {token: i for i, token in enumerate(vocab)}
+    # Each distinct word as a list of symbol ids: its first character as is, the rest as continuations.
+    symbols = [[ids[w[0]], *(ids[prefix + c] for c in w[1:])] for w in words]
+    counts = list(words.values())
+    pair_counts: Counter[tuple[int, int]] = Counter()
+    where: dict[tuple[int, int], set[int]] = defaultdict(set)  # the words a pair occurs in (or once did)
+    for i, word in enumerate(symbols):
+        for pair in itertools.pairwise(word):
+            pair_counts[pair] += counts[i]
+            where[pair].add(i)
+    # Max-heap of (count, pair) with lazy updates: every pair with a positive count has an entry at least as high
+    # as its count (a rise pushes a new entry, a fall is noticed when the stale entry surfaces).
+    heap = [(-n, vocab[a], vocab[b], a, b) for (a, b), n in pair_counts.items()]
+    heapq.heapify(heap)
+    while len(vocab) < vocab_size and heap:
+        stale_count, _, _, a, b = heapq.heappop(heap)
+        count = pair_counts[a, b]
+        if count <= 0:
+            continue
+        if -stale_count != count:
+            heapq.heappush(heap, (-count, vocab[a], vocab[b], a, b))
+            continue
+        token = vocab[a] + vocab[b].removeprefix(prefix)  # t + ##h -> th, ##e + ##r -> ##er
+        if token not in ids:  # a token can be reached by two merge paths; it joins the vocabulary once
+            ids[token] = len(vocab)
+            vocab.append(token)
+        risen = set()
+        for i in where.pop((a, b)):
+            word, merged = symbols[i], _merge(symbols[i], a, b, ids[token])
+            if merged is word:
+                continue  # the pair has left this word through an earlier merge
+            before = Counter(itertools.pairwise(word))
+            after = Counter(itertools.pairwise(merged))
+            for pair in before.keys() | after.keys():
+                change = after[pair] - before[pair]
+                pair_counts[pair] += change * counts[i]
+                if change > 0:
+                    risen.add(pair)
+                    where[pair].add(i)
+            symbols[i] = merged
+        for x, y in sorted(risen):
+            heapq.heappush(heap, (-pair_counts[x, y], vocab[x], vocab[y], x, y))
+    return vocab
+
+
+def _merge(word: list[int], a: int, b: int, new: int) -> list[int]:
+    """`word` with every (a, b), left to right, replaced by `new`; the same list object when it has none."""
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and word[i] == a and word[i + 1] == b:
+            out.append(new)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return out if len(out) < len(word) else word
+
+
+def _with_vocabulary(spec: dict, vocab: list[str]) -> dict:
+    """The serialised tokenizer with `vocab` as its model's vocabulary, every id that refers to it renumbered."""
+    ids = {token: i for i, token in enumerate(vocab)}
+    spec = json.loads(json.dumps(spec))
+    spec["model"]["vocab"] = ids
+    for token in spec["added_tokens"]:
+        token["id"] = ids[token["content"]]
+    processor = spec.get("post_processor") or {}
+    for special in (processor.get("special_tokens") or {}).values():  # TemplateProcessing: "[CLS] $A [SEP]"
+        special["ids"] = [ids[t] for t in special["tokens"]]
+    for role in ("cls", "sep"):  # BertProcessing and RobertaProcessing: [token, id]
+        if role in processor:
+            processor[role][1] = ids[processor[role][0]]
+    return spec
 
 
 def load_tokenizer(path: str | Path, max_length: int) -> PreTrainedTokenizerBase:
