@@ -113,3 +113,36 @@ def test_length_grouped_batches_cover_everything_once_with_less_padding():
     grouped_padding = sum(p for _, p in first)
     plain_padding = sum(p for _, p in epochs(0, grouped=False)[0][0])
     assert grouped_padding < plain_padding / 2
+
+
+def test_an_unreachable_hub_is_said_at_once_with_what_to_do(monkeypatch):
+    import datasets
+    import huggingface_hub
+
+    def unreachable(*args, **kwargs):
+        raise OSError("[Errno -2] Name or service not known")
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the datasets library would retry for half a minute")
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", unreachable)
+    monkeypatch.setattr(datasets, "load_dataset", must_not_run)
+    with pytest.raises(UserError, match="Cannot reach the Hugging Face hub") as info:
+        load_corpus("SetFit/bbc-news", 0.25, seed=0)
+    assert "set data.path=<folder>" in str(info.value)
+
+
+def test_a_hub_id_that_does_not_exist_is_named(monkeypatch):
+    import httpx2  # huggingface_hub's HTTP client
+    import huggingface_hub
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    def not_found(*args, **kwargs):
+        url = "https://huggingface.co/api/datasets/nobody/nothing"
+        raise RepositoryNotFoundError("404", response=httpx2.Response(404, request=httpx2.Request("GET", url)))
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", not_found)
+    with pytest.raises(UserError, match="is not a dataset on the Hugging Face hub"):
+        load_corpus("nobody/nothing", 0.25, seed=0)

@@ -39,6 +39,12 @@ class Corpus:
         return {"train": self.train, "val": self.val, "test": self.test}
 
 
+def dataset_name(path: str) -> str:
+    """A short name for the dataset at `path`: a local folder or file by its name, a hub id as it is."""
+    local = Path(path).expanduser()
+    return local.stem if local.is_file() else local.resolve().name if local.is_dir() else path
+
+
 def load_corpus(
     path: str,
     val_fraction: float,
@@ -87,17 +93,46 @@ def _load_frames(path: str):
             raise UserError(f"data.path={path!r} does not exist. Point data.path (or BBC_NEWS_PATH) at a folder "
                             "holding train and test files, or give a Hugging Face hub id such as SetFit/bbc-news.")
         else:
-            dataset = datasets.load_dataset(path)
+            dataset = _from_hub(path)
     except UserError:
         raise
-    except Exception as e:  # network, hub and parsing errors all land here; say what to do about them
-        raise UserError(f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\nOffline or no hub access? "
-                        "Download the dataset once and set data.path=<folder> or BBC_NEWS_PATH=<folder>.") from e
+    except Exception as e:  # hub and parsing errors land here; say what to do about them
+        raise UserError(f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\n{_offline_hint()}") from e
     missing = [s for s in SPLITS if s not in dataset]
     if missing:
         raise UserError(f"The dataset {path!r} has no {missing} split (it has {list(dataset)}); "
                         "it needs a train and a test split.")
     return {s: dataset[s].to_pandas() for s in SPLITS}
+
+
+def _offline_hint() -> str:
+    import huggingface_hub
+
+    cached = ("" if huggingface_hub.constants.HF_HUB_OFFLINE else
+              "; a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1")
+    return ("Offline or no hub access? Download the dataset once and set data.path=<folder> (for bbc-news, "
+            f"BBC_NEWS_PATH=<folder> does the same){cached}.")
+
+
+def _from_hub(path: str):
+    """A dataset from the Hugging Face hub. One request first asks whether the hub answers at all: unreachable, the
+    datasets library would retry for half a minute, printing every retry, before failing the same way."""
+    import datasets
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    if not huggingface_hub.constants.HF_HUB_OFFLINE:  # offline mode: straight to the local cache
+        try:
+            huggingface_hub.HfApi().dataset_info(path, timeout=10)
+        except RepositoryNotFoundError as e:
+            raise UserError(f"data.path={path!r} is not a dataset on the Hugging Face hub (or it is private); give "
+                            "an existing hub id or a local folder.") from e
+        except HfHubHTTPError:
+            pass  # the hub answered; let the datasets library say what it makes of the dataset
+        except Exception as e:  # no answer: no network, no DNS, a proxy in the way
+            raise UserError(f"Cannot reach the Hugging Face hub to load data.path={path!r} ({type(e).__name__}: "
+                            f"{e}).\n{_offline_hint()}") from e
+    return datasets.load_dataset(path)
 
 
 def _looks_like_a_path(path: str) -> bool:
