@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from mha_textclf.baseline import FEATURES, tfidf_baseline
-from mha_textclf.data import load_corpus
+from mha_textclf.data import dataset_name, load_corpus
 from mha_textclf.errors import UserError
 from mha_textclf.reports import RunMetrics, split_report
 from mha_textclf.settings import TokenizerSettings
@@ -45,15 +45,20 @@ def main(argv: list[str] | None = None) -> int:
     result = tfidf_baseline(corpus, args.features, tokenizer, args.max_length, args.seed)
     out.mkdir(parents=True, exist_ok=True)
     splits = {split: split_report(out, split, getattr(corpus, split).labels, result.predictions[split],
-                                  result.losses[split], corpus.class_names) for split in ("val", "test")}
+                                  result.losses[split], corpus.class_names, f"{name} on {dataset_name(args.data_path)}")
+              for split in ("val", "test")}
     metrics = RunMetrics(model=name, pe=None, seed=args.seed, val=splits["val"], test=splits["test"],
                          class_names=corpus.class_names, params=result.n_features * len(corpus.class_names),
                          train_seconds=result.train_seconds, eval_seconds=0.0, epochs=0, best_epoch=None,
-                         stopped_early=False, interrupted_by=None, resumed_from=None, tokens_per_second=None,
+                         stopped_early=False, interrupted_by=None, tokens_per_second=None,
                          vocab_size=args.vocab_size if args.features == "wordpiece" else None, device="cpu",
                          threads=1)
     metrics.write(out / "metrics.json")
-    (out / "config.yaml").write_text(yaml.safe_dump({"model": {"attention": name}, **vars(args) | {"out": str(out)}}))
+    # The training runs' keys, so that a summary lines the two kinds of run up (and where it is written is no setting).
+    config = {"model": {"attention": name}, "features": args.features, "seed": args.seed,
+              "data": {"path": args.data_path, "val_fraction": args.val_fraction, "max_length": args.max_length},
+              "tokenizer": {"vocab_size": args.vocab_size}}
+    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     print(f"{name} seed {args.seed}: val accuracy {metrics.val.accuracy:.4f}  test accuracy "
           f"{metrics.test.accuracy:.4f}  ({result.train_seconds:.1f}s)  ->  {out}")
     return 0

@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 
 from mha_textclf import cli
 from mha_textclf.checkpoint import load_training_state, save_checkpoint
-from mha_textclf.data import Corpus, load_corpus, make_loader
+from mha_textclf.data import Corpus, dataset_name, load_corpus, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, order_probe
 from mha_textclf.model import ModelConfig, TextClassifier
@@ -52,7 +52,8 @@ from mha_textclf.training import FitResult, StopOnSignal, evaluate, fit, resolve
 log = logging.getLogger("train")
 
 # Settings a resumed run may change: where things are and how long to train, never what is trained.
-RESUMABLE_CHANGES = {"resume", "trainer.epochs", "device", "trainer.num_threads", "data.path", "tokenizer.cache_dir"}
+RESUMABLE_CHANGES = {"resume", "trainer.epochs", "device", "trainer.num_threads", "data.path", "tokenizer.cache_dir",
+                     "probes.attention", "probes.order"}
 
 
 def main() -> None:
@@ -242,19 +243,20 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
     """
     history = result.history
     if history:
-        plot_loss_curve(history, run_dir / "loss_curve.png", title=_title(settings))
+        figure = plot_loss_curve(history, title=_title(settings), reported_epoch=result.best_epoch)
+        figure.savefig(run_dir / "loss_curve.png", dpi=120)
     splits = {}
+    source = f"{settings.model.attention}, pe={settings.pe} on {dataset_name(settings.data.path)}"
     for split in ("val", "test"):
         evaluation = evaluate(model, loaders[split], device, settings.trainer.precision)
         splits[split] = split_report(run_dir, split, evaluation.labels, evaluation.predictions, evaluation.loss,
-                                     corpus.class_names)
+                                     corpus.class_names, source)
     train_seconds = sum(row["train_seconds"] for row in history)
     metrics = RunMetrics(
         model=settings.model.attention, pe=settings.pe, seed=settings.seed, val=splits["val"], test=splits["test"],
         class_names=corpus.class_names, params=model.num_parameters(), train_seconds=train_seconds,
         eval_seconds=sum(row["eval_seconds"] for row in history), epochs=len(history),
         best_epoch=result.best_epoch, stopped_early=result.stopped_early, interrupted_by=stop.signal,
-        resumed_from=settings.resume,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
         vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads())
     metrics.write(run_dir / "metrics.json")

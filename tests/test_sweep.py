@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, compose_config, require, run_train
+from conftest import REPO, compose_config, require, run_train, write_jsonl
 from mha_textclf.reports import RunMetrics, SplitMetrics
-from mha_textclf.summary import groups_table, runs_table
+from mha_textclf.summary import groups_table, plot_loss_curves, runs_table
 from mha_textclf.tokenizer import load_tokenizer
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
@@ -27,9 +27,13 @@ def require_plugin(name: str) -> None:
 
 @pytest.mark.slow
 def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
+    """A mistake in the settings stops a sweep before it starts (test_settings.py); one that only the data reveals
+    fails its own jobs, and the sweep runs the rest and summarises them."""
+    one_class = write_jsonl(tmp_path / "one-class", {s: [{"text": f"words {i}", "label": 0} for i in range(8)]
+                                                     for s in ("train", "test")})
     sweep = tmp_path / "sweep"
-    result = run_train("-m", "model=efficient,torch", "model.n_heads=8,5", *TINY, f"hydra.sweep.dir={sweep}",
-                       data_dir=data_dir)
+    result = run_train("-m", "model=efficient,torch", f"data.path={data_dir},{one_class}", *TINY,
+                       f"hydra.sweep.dir={sweep}", data_dir=data_dir)
     output = result.stdout + result.stderr
     assert result.returncode == 1  # the sweep as a whole failed...
     assert "2 of 4 jobs failed" in output
@@ -37,7 +41,7 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
     assert len(runs) == 4
     failed = runs[runs["status"] == "failed"]
     assert sorted(failed["model"]) == ["efficient", "torch"]
-    assert failed["error"].str.contains("model.n_heads=5: model.d_model=64 is not divisible by it").all()
+    assert failed["error"].str.contains("has a single class").all()
     assert (runs["status"] == "ok").sum() == 2
     assert "## Failed runs" in (sweep / "summary.md").read_text()
 
@@ -46,17 +50,17 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
     result = subprocess.run([sys.executable, "scripts/summarize.py", str(sweep)], cwd=REPO, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "## Failed runs" in result.stdout and "not divisible by it" in result.stdout
+    assert "## Failed runs" in result.stdout and "has a single class" in result.stdout
     pd.testing.assert_frame_equal(pd.read_csv(sweep / "summary.csv"), runs)
 
 
-def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, **settings):
+def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, pe=False, **settings):
     """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv."""
     folder.mkdir(parents=True)
     split = SplitMetrics(accuracy=accuracy, macro_f1=accuracy, loss=1.0, n_samples=10)
-    RunMetrics(model=model, pe=False, seed=seed, val=split, test=split, class_names=["a", "b"], params=10,
+    RunMetrics(model=model, pe=pe, seed=seed, val=split, test=split, class_names=["a", "b"], params=10,
                train_seconds=2 * epoch_seconds, eval_seconds=0.1, epochs=2, best_epoch=2, stopped_early=False,
-               interrupted_by=None, resumed_from=None, tokens_per_second=1.0, vocab_size=100, device="cpu",
+               interrupted_by=None, tokens_per_second=1.0, vocab_size=100, device="cpu",
                threads=1).write(folder / "metrics.json")
     config = {"model": {"attention": model, "dropout": 0.0}, "seed": seed, "pe": False,
               "tokenizer": {"base": None, "cache_dir": f"/cache/of/{folder.name}"}, "data": {"path": "/data"}}
@@ -64,7 +68,8 @@ def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0,
         group, name = key.split("__")
         config[group][name] = value
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    (folder / "history.csv").write_text(f"epoch,train_seconds\n1,{epoch_seconds}\n2,{epoch_seconds}\n")
+    (folder / "history.csv").write_text(f"epoch,train_loss,val_loss,train_seconds\n1,1.0,1.1,{epoch_seconds}\n"
+                                        f"2,0.5,0.9,{epoch_seconds}\n")
 
 
 def test_groups_average_over_seeds_and_compare_speed(tmp_path):
@@ -78,6 +83,13 @@ def test_groups_average_over_seeds_and_compare_speed(tmp_path):
     assert groups.loc["efficient", "val_accuracy_std"] == pytest.approx(0.1414, abs=1e-4)  # sample std over seeds
     assert groups.loc["naive", "epoch_time_vs_fastest"] == pytest.approx(3.2)
     assert groups.loc["efficient", "epoch_time_vs_fastest"] == 1.0
+
+
+def test_baselines_without_pe_form_groups_too(tmp_path):
+    for seed in (0, 1):
+        fake_run(tmp_path / f"{seed}_tfidf", model="tfidf-words", seed=seed, pe=None)
+    groups = groups_table(runs_table(tmp_path))
+    assert groups["model"].tolist() == ["tfidf-words"] and groups["runs"].tolist() == [2]
 
 
 def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
@@ -140,3 +152,21 @@ def test_slurm_config_composes_over_submitit():
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert cfg.hydra.launcher.partition == "gpu" and cfg.hydra.launcher.cpus_per_task == 4
+
+
+def test_the_sweep_legend_lists_only_the_values_the_sweep_has(tmp_path):
+    for i, model in enumerate(["naive", "efficient"]):
+        fake_run(tmp_path / f"{i}_run", model=model)  # pe=False only
+    figure = plot_loss_curves(tmp_path, runs_table(tmp_path))
+    labels = [t.get_text() for legend in figure.legends for t in legend.get_texts()]
+    assert "pe=False" in labels and "pe=True" not in labels
+    assert all(float(t).is_integer() for ax in figure.axes for t in ax.get_xticks())
+
+
+def test_a_failed_single_run_shows_its_error_in_the_summary(tmp_path):
+    run = tmp_path / "runs" / "2026-11-22_run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("model: {attention: naive}\npe: false\nseed: 0\n")
+    (run / "error.txt").write_text("The train split of 'x' has a single class; a classifier needs at least two.\n")
+    runs = runs_table(tmp_path)
+    assert runs["status"].tolist() == ["failed"] and "has a single class" in runs["error"].iloc[0]

@@ -5,6 +5,8 @@ import csv
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 import yaml
 
 import train as train_module
-from conftest import run_train, train_in_process
+from conftest import REPO, run_train, train_in_process
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
 from mha_textclf.errors import UserError
@@ -85,7 +87,7 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
     monkeypatch.setattr(training, "evaluate", slow_evaluate)
     train_in_process(tmp_path, *SMOKE, "trainer.epochs=1", "probes.attention=[]", data_dir=data_dir)
     (row,) = history(tmp_path)
-    assert row["eval_seconds"] >= 0.5 and row["train_seconds"] < row["eval_seconds"] + 5
+    assert row["eval_seconds"] >= 0.5 and row["train_seconds"] < row["eval_seconds"]  # a smoke epoch trains in ~0.1 s
     assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
 
 
@@ -173,3 +175,27 @@ def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypat
 def test_a_diverging_loss_stops_with_epoch_and_step(data_dir, tmp_path):
     with pytest.raises(UserError, match="The training loss became nan at epoch 1, step"):
         train_in_process(tmp_path, *SMOKE, "trainer.lr=1e30", "trainer.batch_size=4", data_dir=data_dir)
+
+
+TIMES = {"train_seconds", "eval_seconds", "elapsed_train_seconds"}
+
+
+@pytest.mark.slow
+def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbers(data_dir, tmp_path):
+    """Each process trains its own tokenizer into its own empty cache: same ids, so the same run, digit for digit."""
+    processes = {}
+    for name in ("a", "b"):
+        env = os.environ | {"BBC_NEWS_PATH": str(data_dir), "MHA_TEXTCLF_CACHE": str(tmp_path / f"cache-{name}")}
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "train", *SMOKE, "trainer.num_threads=1", "probes.attention=[]",
+             f"hydra.run.dir={tmp_path / name}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
+    for process in processes.values():
+        assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
+    tables = {name: pd.read_csv(tmp_path / name / "history.csv", dtype=str) for name in processes}
+    assert len(tables["a"]) == 2
+    pd.testing.assert_frame_equal(tables["a"].drop(columns=list(TIMES)), tables["b"].drop(columns=list(TIMES)))
+    metrics = {name: RunMetrics.read(tmp_path / name / "metrics.json") for name in processes}
+    assert (metrics["a"].val, metrics["a"].test) == (metrics["b"].val, metrics["b"].test)
+    tokenizers = [(tmp_path / name / "tokenizer" / "tokenizer.json").read_bytes() for name in processes]
+    assert tokenizers[0] == tokenizers[1]

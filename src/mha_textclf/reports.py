@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure  # the object API: no pyplot global state, no display backend needed
+from matplotlib.ticker import MaxNLocator
 from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classification_report, f1_score
 
 # Per epoch: train_seconds is the training pass alone, eval_seconds the validation after it (timed apart);
@@ -66,7 +67,6 @@ class RunMetrics:
     best_epoch: int | None  # the reported epoch
     stopped_early: bool
     interrupted_by: str | None  # SIGINT or SIGTERM when a signal stopped training
-    resumed_from: str | None  # the run folder this run continued
     tokens_per_second: float | None  # real (non-padding) training tokens per training second
     vocab_size: int | None
     device: str
@@ -87,41 +87,54 @@ class RunMetrics:
 
 
 def split_report(run_dir: Path, split: str, labels: list[int], predictions: list[int], loss: float | None,
-                 class_names: list[str]) -> SplitMetrics:
-    """Write classification_report_<split>.txt/.json and confusion_matrix_<split>.png; return the split's metrics."""
+                 class_names: list[str], source: str = "") -> SplitMetrics:
+    """Write classification_report_<split>.txt/.json and confusion_matrix_<split>.png; return the split's metrics.
+
+    `source` names the model and the data (e.g. "efficient, pe=True on bbc-news") in the plot's title.
+    """
     ids = list(range(len(class_names)))  # every class listed, even one absent from a small split
     kwargs = {"labels": ids, "target_names": class_names, "zero_division": 0, "digits": 4}
     (run_dir / f"classification_report_{split}.txt").write_text(classification_report(labels, predictions, **kwargs))
     report = classification_report(labels, predictions, output_dict=True, **kwargs)
     (run_dir / f"classification_report_{split}.json").write_text(json.dumps(report, indent=2))
-    plot_confusion_matrix(labels, predictions, class_names, run_dir / f"confusion_matrix_{split}.png",
-                          title=f"{split} ({len(labels)} texts)")
+    figure = plot_confusion_matrix(labels, predictions, class_names,
+                                   title=f"{source}: {split} ({len(labels)} texts)".removeprefix(": "))
+    figure.savefig(run_dir / f"confusion_matrix_{split}.png", dpi=120)
     return SplitMetrics(accuracy=float(accuracy_score(labels, predictions)),
                         macro_f1=float(f1_score(labels, predictions, labels=ids, average="macro", zero_division=0)),
                         loss=loss, n_samples=len(labels))
 
 
-def plot_confusion_matrix(labels: list[int], predictions: list[int], class_names: list[str], path: Path,
-                          title: str = "") -> None:
+def plot_confusion_matrix(labels: list[int], predictions: list[int], class_names: list[str],
+                          title: str = "") -> Figure:
     fig = Figure(figsize=(6, 5), layout="constrained")
     ax = fig.add_subplot()
     ConfusionMatrixDisplay.from_predictions(labels, predictions, labels=list(range(len(class_names))),
                                             display_labels=class_names, ax=ax, colorbar=False,
                                             xticks_rotation=45)
     ax.set_title(title)
-    fig.savefig(path, dpi=120)
+    return fig
 
 
-def plot_loss_curve(history: list[dict], path: Path, title: str = "") -> None:
+def plot_loss_curve(history: list[dict], title: str = "", reported_epoch: int | None = None) -> Figure:
+    """Train and val loss per epoch, with the epoch whose model the reports describe marked."""
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.add_subplot()
     epochs = [row["epoch"] for row in history]
     ax.plot(epochs, [row["train_loss"] for row in history], marker="o", label="train")
     ax.plot(epochs, [row["val_loss"] for row in history], marker="o", label="val")
+    if reported_epoch is not None:
+        ax.axvline(reported_epoch, color="tab:green", linestyle=":", label=f"reported model (epoch {reported_epoch})")
     ax.set(xlabel="epoch", ylabel="cross-entropy loss", title=title)
+    whole_epochs(ax)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.savefig(path, dpi=120)
+    return fig
+
+
+def whole_epochs(ax) -> None:
+    """Epoch ticks at whole numbers only (matplotlib would put ticks at 1.5 on a 3-epoch axis)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_attention(tokens: list[str], weights: np.ndarray, title: str = "") -> Figure:

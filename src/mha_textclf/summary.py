@@ -12,7 +12,7 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from mha_textclf.reports import RunMetrics
+from mha_textclf.reports import RunMetrics, whole_epochs
 
 RUN_COLUMNS = ["model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1",
                "epochs", "train_seconds", "median_epoch_seconds", "tokens_per_second", "params", "device", "run_dir"]
@@ -34,7 +34,8 @@ def _job_number(run_dir: Path) -> int:
 
 
 # Settings that are already columns, or that say where things are or how fast to go rather than what was trained.
-NOT_SETTINGS = {"model.attention", "pe", "seed", "data.path", "tokenizer.cache_dir", "resume", "trainer.num_threads"}
+NOT_SETTINGS = {"model.attention", "pe", "seed", "data.path", "tokenizer.cache_dir", "resume", "trainer.num_threads",
+                "device"}  # the device a run used is in metrics.json
 
 
 def run_settings(run_dir: Path) -> dict[str, object]:
@@ -106,7 +107,7 @@ def groups_table(runs: pd.DataFrame) -> pd.DataFrame:
     done = runs[runs["status"] == "ok"].copy()
     if done.empty:
         return pd.DataFrame()
-    done["pe"] = done["pe"].astype(str)  # baselines without a pe value still group
+    done["pe"] = done["pe"].map(str)  # "None" for baselines, so that they group too
     grouped = done.groupby(["model", "pe", *setting_columns(runs)], sort=True)
     table = grouped[GROUP_METRICS].agg(["mean", "std"])
     table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
@@ -178,6 +179,7 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(4.5 * len(models), 3.8), layout="constrained")
     axes = fig.subplots(1, len(models), sharey=True, squeeze=False)[0]
     colours = {"True": "tab:orange", "False": "tab:blue"}
+    present = {str(pe) for pe in runs["pe"]} & set(colours)
     for ax, model in zip(axes, models, strict=True):
         for run in runs[runs["model"] == model].itertuples():
             history_path = folder / run.run_dir / "history.csv"
@@ -188,9 +190,11 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
             ax.plot(history["epoch"], history["train_loss"], color=colour, alpha=0.8)
             ax.plot(history["epoch"], history["val_loss"], color=colour, alpha=0.8, linestyle="--")
         ax.set(title=model, xlabel="epoch")
+        whole_epochs(ax)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("cross-entropy loss")
-    handles = [axes[0].plot([], [], color=c, label=f"pe={pe}")[0] for pe, c in colours.items()]
+    # The legend lists the pe values this sweep has, not both whatever it ran.
+    handles = [axes[0].plot([], [], color=c, label=f"pe={pe}")[0] for pe, c in colours.items() if pe in present]
     handles += [axes[0].plot([], [], color="k", label="train")[0],
                 axes[0].plot([], [], color="k", linestyle="--", label="val")[0]]
     fig.legend(handles=handles, loc="outside right center")

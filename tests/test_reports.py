@@ -1,0 +1,29 @@
+"""What a run's plots say at a glance: the reported epoch, whole-number epochs, whose model on which data."""
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from mha_textclf.reports import plot_confusion_matrix, plot_loss_curve
+
+HISTORY = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": abs(e - 2) + 0.5} for e in (1, 2, 3)]
+
+
+def drawn(figure):
+    FigureCanvasAgg(figure).draw()
+    return figure.axes[0]
+
+
+def test_the_loss_curve_marks_the_reported_epoch_on_whole_epochs():
+    ax = drawn(plot_loss_curve(HISTORY, title="efficient", reported_epoch=2))
+    marks = [line for line in ax.get_lines() if line.get_label().startswith("reported model")]
+    assert len(marks) == 1 and set(marks[0].get_xdata()) == {2}
+    assert "epoch 2" in marks[0].get_label()
+    ticks = [t for t in ax.get_xticks() if 1 <= t <= 3]
+    assert ticks == [1, 2, 3] and all(float(t).is_integer() for t in ax.get_xticks())
+
+
+def test_a_confusion_matrix_names_model_data_and_split():
+    ax = drawn(plot_confusion_matrix([0, 1, 1], [0, 1, 0], ["neg", "pos"], title="naive, pe=False on sst: val"))
+    assert ax.get_title() == "naive, pe=False on sst: val"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["neg", "pos"]
+    np.testing.assert_array_equal(ax.images[0].get_array(), [[1, 0], [1, 1]])
