@@ -35,8 +35,9 @@ def minilm_dir() -> Path:
 @pytest.fixture(scope="session")
 def train_texts(data_dir) -> list[str]:
     from mha_textclf.data import load_corpus
+    from mha_textclf.settings import DataSettings
 
-    return load_corpus(str(data_dir), val_fraction=0.25, seed=0).train.texts
+    return load_corpus(DataSettings(path=str(data_dir)), seed=0).train.texts
 
 
 @pytest.fixture(scope="session", autouse=True)

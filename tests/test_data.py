@@ -1,19 +1,32 @@
-"""Loading (real data and local folders), the validation split, subsampling, batching with padding masks."""
+"""Loading any labelled corpus in the shape it comes in (file formats, column names, label kinds, split layouts,
+save_to_disk, a hub id), the splits and class names, every error, and batching with padding masks."""
 
+import bz2
+import gzip
+import json
+import re
 from collections import Counter
 
+import datasets
+import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.model_selection import train_test_split
 
 from conftest import write_jsonl
 from mha_textclf.data import collate, load_corpus, make_loader
 from mha_textclf.errors import UserError
+from mha_textclf.settings import DataSettings
+
+
+def load(path, seed=0, **settings):
+    return load_corpus(DataSettings(path=str(path), **settings), seed)
 
 
 @pytest.fixture(scope="module")
 def corpus(data_dir):
-    return load_corpus(str(data_dir), val_fraction=0.25, seed=0)
+    return load(data_dir)
 
 
 def test_real_splits_and_class_names_from_the_data(corpus):
@@ -21,6 +34,21 @@ def test_real_splits_and_class_names_from_the_data(corpus):
     # Names come from label_text, ordered by label id (the dataset's README: 0=tech ... 4=politics).
     assert corpus.class_names == ["tech", "business", "sport", "entertainment", "politics"]
     assert Counter(corpus.test.labels) == {0: 189, 1: 224, 2: 236, 3: 176, 4: 175}
+    assert corpus.name == "bbc-news" and corpus.sources["test"] == "test split"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bbc_news_splits_are_the_documented_ones(data_dir, seed):
+    """The reference, from the files themselves: test as it is, validation = a stratified 25% of train with the
+    seed (sklearn), train the rest, each in file order."""
+    rows = {s: [json.loads(line) for line in (data_dir / f"{s}.jsonl").read_text().splitlines()]
+            for s in ("train", "test")}
+    labels = [r["label"] for r in rows["train"]]
+    keep, carved = train_test_split(np.arange(len(labels)), test_size=0.25, random_state=seed, stratify=labels)
+    got = load(data_dir, seed)
+    assert got.val.texts == [rows["train"][i]["text"] for i in carved]
+    assert got.train.texts == [rows["train"][i]["text"] for i in keep]
+    assert got.test.texts == [r["text"] for r in rows["test"]] and got.test.labels == [r["label"] for r in rows["test"]]
 
 
 def test_validation_split_is_stratified_disjoint_and_seeded(data_dir, corpus):
@@ -29,14 +57,13 @@ def test_validation_split_is_stratified_disjoint_and_seeded(data_dir, corpus):
         assert abs(n / len(corpus.val) - train_share[c]) < 0.01
     assert not set(corpus.train.texts) & set(corpus.val.texts) - set(
         t for t, n in Counter(corpus.train.texts + corpus.val.texts).items() if n > 1)  # only true duplicates shared
-    assert load_corpus(str(data_dir), 0.25, seed=0).val.texts == corpus.val.texts
-    assert load_corpus(str(data_dir), 0.25, seed=1).val.texts != corpus.val.texts
+    assert load(data_dir, seed=1).val.texts != corpus.val.texts
 
 
 def test_max_train_samples_shrinks_eval_in_proportion(data_dir):
-    small = load_corpus(str(data_dir), 0.25, seed=0, max_train_samples=92)
+    small = load(data_dir, max_train_samples=92)
     assert (len(small.train), len(small.val), len(small.test)) == (92, 31, 101)
-    capped = load_corpus(str(data_dir), 0.25, seed=0, max_train_samples=92, max_eval_samples=10)
+    capped = load(data_dir, max_train_samples=92, max_eval_samples=10)
     assert (len(capped.train), len(capped.val), len(capped.test)) == (92, 10, 10)
 
 
@@ -45,37 +72,131 @@ def rows(n, labels=("a", "b")):
             for i in range(n)]
 
 
-def test_local_csv_folder_and_class_names(tmp_path):
-    for split, n in (("train", 20), ("test", 6)):
-        pd.DataFrame(rows(n, ("neg", "pos"))).to_csv(tmp_path / f"{split}.csv", index=False)
-    corpus = load_corpus(str(tmp_path), 0.25, seed=0)
-    assert corpus.class_names == ["neg", "pos"]
-    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (15, 5, 6)
+# A news-wire-like corpus as a third party ships it: its own column names, string labels, 8 imbalanced classes.
+TOPICS = {"earn": 40, "acq": 25, "crude": 6, "trade": 6, "money-fx": 5, "interest": 5, "ship": 4, "grain": 3}
 
 
-@pytest.mark.parametrize(("mutate", "message"), [
-    (lambda r: [{"text": x["text"]} for x in r], "lacks column"),
-    (lambda r: [x | {"label": "pos"} for x in r], "non-integer labels"),
-    (lambda r: [x | {"label": 0} for x in r], "single class"),
-    (lambda r: [x | {"label": int(i == 0)} for i, x in enumerate(r)], "Cannot carve a stratified validation split"),
+def newswire(n_per_class=None) -> pd.DataFrame:
+    counts = n_per_class or TOPICS
+    return pd.DataFrame([{"Category": topic, "Text": f"{topic} story {i} by the wire"}
+                         for topic, n in counts.items() for i in range(n)])
+
+
+def test_a_csv_corpus_with_its_own_columns_and_string_labels(tmp_path):
+    newswire().to_csv(tmp_path / "train.csv", index=False)
+    newswire({t: 2 for t in TOPICS}).to_csv(tmp_path / "test.csv", index=False)
+    corpus = load(tmp_path, text_column="Text", label_column="Category")
+    assert corpus.class_names == sorted(TOPICS)  # names from the strings, sorted: the same order in every run
+    assert len(corpus.test) == 16 and len(corpus.train) + len(corpus.val) == sum(TOPICS.values())
+    assert Counter(corpus.class_names[i] for i in corpus.val.labels)["earn"] == 10  # stratified: 25% of 40
+    assert corpus.train.texts[0].endswith("by the wire")
+
+
+def test_a_single_compressed_tsv_file_gets_test_and_validation_carved(tmp_path):
+    path = tmp_path / "reviews.tsv.gz"
+    with gzip.open(path, "wt") as f:
+        newswire({t: 10 for t in TOPICS}).to_csv(f, sep="\t", index=False)
+    corpus = load(path, text_column="Text", label_column="Category")
+    assert corpus.name == "reviews"
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (48, 16, 16)  # 20% test, then 25% of the rest
+    assert corpus.sources["test"].startswith("carved from the train split: 20%")
+    assert corpus.sources["val"].startswith("carved from the train split: 25%")
+    assert Counter(corpus.test.labels) == {i: 2 for i in range(8)}
+    # The test split is the same for every run seed; validation follows the seed.
+    other = load(path, seed=1, text_column="Text", label_column="Category")
+    assert other.test.texts == corpus.test.texts and other.val.texts != corpus.val.texts
+
+
+def test_a_validation_split_the_data_has_is_used_as_it_is(tmp_path):
+    for split, n in (("train", 20), ("dev", 6), ("test", 4)):
+        pd.DataFrame(rows(n)).to_parquet(tmp_path / f"{split}-00000-of-00001.parquet")
+    corpus = load(tmp_path)
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (20, 6, 4)
+    assert corpus.sources == {"train": "train split", "val": "dev split", "test": "test split"}
+
+
+def test_a_save_to_disk_folder_with_class_label_names(tmp_path):
+    names = ["sport", "politics", "arts"]  # ClassLabel order, not alphabetical: kept
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
+
+    def split(n):
+        return datasets.Dataset.from_dict({"text": [f"t{i}" for i in range(n)], "label": [i % 3 for i in range(n)]},
+                                          features=features)
+
+    datasets.DatasetDict({"train": split(30), "validation": split(6), "test": split(9)}).save_to_disk(tmp_path / "dd")
+    corpus = load(tmp_path / "dd")
+    assert corpus.class_names == names and corpus.test.labels[:3] == [0, 1, 2]
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (30, 6, 9)
+    split(40).save_to_disk(tmp_path / "one")  # a single Dataset: train only
+    corpus = load(tmp_path / "one")
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (24, 8, 8)
+
+
+def test_several_text_columns_are_joined_and_integer_labels_named_from_label_text(tmp_path):
+    records = [{"title": f"title {i}", "body": f"body {i}", "label": 10 + i % 2, "label_text": ["no", "yes"][i % 2]}
+               for i in range(16)]
+    (tmp_path / "train.json").write_text(json.dumps(records))  # a JSON array, not JSON lines
+    corpus = load(tmp_path, text_column=["title", "body"])
+    assert corpus.class_names == ["no", "yes"]
+    assert all(t.startswith("title ") and " body " in t for t in corpus.train.texts)
+
+
+def test_a_folder_with_one_data_file_of_any_name_is_a_train_split(tmp_path):
+    with bz2.open(tmp_path / "corpus.jsonl.bz2", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows(40)))
+    corpus = load(tmp_path)
+    assert len(corpus.train) + len(corpus.val) + len(corpus.test) == 40 and corpus.class_names == ["a", "b"]
+
+
+def test_a_hub_dataset_takes_the_same_path_after_loading(monkeypatch):
+    import huggingface_hub
+
+    asked = {}
+
+    def fake_hub(path, name=None):
+        asked.update(path=path, name=name)
+        return datasets.DatasetDict({s: datasets.Dataset.from_list(rows(n)) for s, n in (("train", 20), ("test", 4))})
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no request to check the hub
+    monkeypatch.setattr(datasets, "load_dataset", fake_hub)
+    corpus = load("someone/news", name="topics")
+    assert asked == {"path": "someone/news", "name": "topics"}
+    assert corpus.name == "someone/news" and corpus.class_names == ["a", "b"] and len(corpus.test) == 4
+
+
+@pytest.mark.parametrize(("records", "settings", "message"), [
+    ({"train": [{"txt": "x", "label": 0}] * 8}, {}, re.escape("has no column 'text'; its columns are ['txt', "
+                                                              "'label']. Choose them with data.text_column=<column>")),
+    ({"train": rows(20), "test": rows(4, ("a", "b", "c", "zzz"))}, {},
+     "The test split of .* has label\\(s\\) \\['2', '3'\\] that the train split never has"),
+    ({"train": [r | {"label": 0.5 + i % 2} for i, r in enumerate(rows(8))]}, {}, "neither integer ids nor strings"),
+    ({"train": [r | {"label": 0} for r in rows(20)]}, {}, "single class"),
+    ({"train": [r | {"label": int(i == 0)} for i, r in enumerate(rows(20))], "test": rows(4)}, {},
+     "Cannot carve a stratified validation split"),
+    ({"train": rows(10)}, {"test_fraction": 0.1}, "Cannot carve a stratified test split .* data.test_fraction"),
+    ({"train": [], "test": rows(4)}, {}, "is empty"),
 ])
-def test_bad_local_data_is_a_clear_error(tmp_path, mutate, message):
-    write_jsonl(tmp_path, {"train": mutate(rows(20)), "test": mutate(rows(4))})
+def test_bad_data_is_a_clear_error(tmp_path, records, settings, message):
+    write_jsonl(tmp_path, records)
     with pytest.raises(UserError, match=message):
-        load_corpus(str(tmp_path), 0.25, seed=0)
+        load(tmp_path, **settings)
 
 
-def test_an_empty_split_is_a_clear_error(tmp_path):
-    write_jsonl(tmp_path, {"train": [], "test": rows(4)})
-    with pytest.raises(UserError, match="is empty"):
-        load_corpus(str(tmp_path), 0.25, seed=0)
-
-
-def test_missing_folder_and_missing_files_are_clear_errors(tmp_path):
+def test_ambiguous_folders_are_clear_errors(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
-        load_corpus(str(tmp_path / "nowhere"), 0.25, seed=0)
-    with pytest.raises(UserError, match="no train and test files"):
-        load_corpus(str(tmp_path), 0.25, seed=0)
+        load(tmp_path / "nowhere")
+    with pytest.raises(UserError, match="holds no data files"):
+        load(tmp_path)
+    write_jsonl(tmp_path / "mixed", {"train": rows(8)})
+    pd.DataFrame(rows(4)).to_csv(tmp_path / "mixed" / "test.csv", index=False)
+    with pytest.raises(UserError, match="mixes file formats"):
+        load(tmp_path / "mixed")
+    write_jsonl(tmp_path / "unnamed", {"part1": rows(8), "part2": rows(8)})
+    with pytest.raises(UserError, match="none named after a split"):
+        load(tmp_path / "unnamed")
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(rows(4))}).save_to_disk(tmp_path / "no-train")
+    with pytest.raises(UserError, match="has no train split"):
+        load(tmp_path / "no-train")
 
 
 def test_collate_pads_dynamically_and_marks_padding():
@@ -129,7 +250,7 @@ def test_an_unreachable_hub_is_said_at_once_with_what_to_do(monkeypatch):
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", unreachable)
     monkeypatch.setattr(datasets, "load_dataset", must_not_run)
     with pytest.raises(UserError, match="Cannot reach the Hugging Face hub") as info:
-        load_corpus("SetFit/bbc-news", 0.25, seed=0)
+        load("SetFit/bbc-news")
     assert "set data.path=<folder>" in str(info.value)
 
 
@@ -145,4 +266,4 @@ def test_a_hub_id_that_does_not_exist_is_named(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", not_found)
     with pytest.raises(UserError, match="is not a dataset on the Hugging Face hub"):
-        load_corpus("nobody/nothing", 0.25, seed=0)
+        load("nobody/nothing")

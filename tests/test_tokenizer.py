@@ -26,7 +26,7 @@ def test_vocabulary_and_special_tokens(trained):
 
 
 def test_uncased_wordpiece_with_cls_and_sep(trained):
-    ids = tok.encode(trained, ["The Prime Minister said", "the prime minister said"], max_length=512)
+    ids = [x.tolist() for x in tok.encode(trained, ["The Prime Minister said", "the prime minister said"], 512)]
     assert ids[0] == ids[1]  # lowercased
     assert ids[0][0] == trained.cls_token_id and ids[0][-1] == trained.sep_token_id
     assert trained.pad_token_id not in ids[0]
@@ -42,7 +42,8 @@ def test_truncation_at_max_length(trained, train_texts):
 def test_save_load_round_trip(trained, train_texts, tmp_path):
     trained.save_pretrained(tmp_path / "tokenizer")
     loaded = tok.load_tokenizer(tmp_path / "tokenizer", max_length=256)
-    assert tok.encode(loaded, train_texts[:20], 256) == tok.encode(trained, train_texts[:20], 256)
+    assert [x.tolist() for x in tok.encode(loaded, train_texts[:20], 256)] == [
+        x.tolist() for x in tok.encode(trained, train_texts[:20], 256)]
     assert loaded.pad_token_id == 0 and len(loaded) == len(trained)
 
 
@@ -124,3 +125,14 @@ def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts,
         f.write(" ")
     assert tok.cache_key(texts, 500, str(copy)) != tok.cache_key(texts, 500, str(minilm_dir))
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts, 500, str(minilm_dir))
+
+
+def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts):
+    """encode tokenizes a prefix of a very long text; the ids must be the whole text's, truncated."""
+    long_texts = [" ".join(train_texts[:40]), "x" * 20_000 + " end", " ".join(train_texts[:3]) + " " + "y" * 9000,
+                  "short text"]
+    for max_length in (32, 128):
+        got = [x.tolist() for x in tok.encode(trained, long_texts, max_length)]
+        whole = trained(long_texts, truncation=True, max_length=max_length)["input_ids"]
+        assert got == whole
+    assert len(long_texts[0]) > 100 * 16  # the prefix path was taken

@@ -1,22 +1,33 @@
-"""Load bbc-news (hub id or local folder), carve a validation split, and batch token ids with padding masks."""
+"""Load a labelled text corpus in the shape it comes in (local files, a `save_to_disk` folder or a hub id), settle
+its splits and classes, and batch token ids with padding masks."""
 
 from __future__ import annotations
 
+import logging
 import math
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 from sklearn.model_selection import train_test_split
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from mha_textclf.errors import UserError
+from mha_textclf.settings import DataSettings
 
-# datasets' builder name for each file type a local folder may hold.
-FILE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-SPLITS = ("train", "test")
+log = logging.getLogger(__name__)
+
+# The names a dataset may give its splits; the first is ours.
+SPLIT_NAMES = {"train": ("train",), "val": ("validation", "valid", "val", "dev"), "test": ("test",)}
+# datasets' builder (and its options) for each file type a local dataset may come in; compressed ones too.
+FILE_FORMATS = {".jsonl": ("json", {}), ".json": ("json", {}), ".csv": ("csv", {}), ".tsv": ("csv", {"sep": "\t"}),
+                ".parquet": ("parquet", {})}
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
+# A carved test split is the same texts for every run seed: seeds vary the model, not what it is tested on.
+TEST_SPLIT_SEED = 0
 
 
 @dataclass
@@ -33,7 +44,9 @@ class Corpus:
     train: Split
     val: Split
     test: Split
-    class_names: list[str]  # class_names[i] names class index i; taken from the data's label_text
+    class_names: list[str]  # class_names[i] names class index i
+    name: str = ""  # the dataset's short name (dataset_name)
+    sources: dict[str, str] = field(default_factory=dict)  # split -> where it came from
 
     def splits(self) -> dict[str, Split]:
         return {"train": self.train, "val": self.val, "test": self.test}
@@ -42,67 +55,207 @@ class Corpus:
 def dataset_name(path: str) -> str:
     """A short name for the dataset at `path`: a local folder or file by its name, a hub id as it is."""
     local = Path(path).expanduser()
-    return local.stem if local.is_file() else local.resolve().name if local.is_dir() else path
+    if local.is_file():
+        return re.sub(r"(\.[a-z0-9]+)+$", "", local.name)  # reviews.csv.bz2 -> reviews
+    return local.resolve().name if local.is_dir() else path
 
 
-def load_corpus(
-    path: str,
-    val_fraction: float,
-    seed: int,
-    max_train_samples: int | None = None,
-    max_eval_samples: int | None = None,
-) -> Corpus:
-    """Load train/test from `path`, carve a stratified validation split from train, optionally subsample."""
-    frames = _load_frames(path)
-    class_names, index = _classes(frames, path)
-    train, test = (
-        Split(frames[s]["text"].astype(str).tolist(), [index[v] for v in frames[s]["label"]]) for s in SPLITS
-    )
-    # Stratified so that a 307-article validation split has every class in its natural proportion for any seed.
-    try:
-        train_idx, val_idx = train_test_split(
-            np.arange(len(train)), test_size=val_fraction, random_state=seed, stratify=train.labels
-        )
-    except ValueError as e:  # too few texts of a class, or fewer validation texts than classes
-        counts = dict(zip(class_names, np.bincount(train.labels, minlength=len(class_names)).tolist(), strict=True))
-        raise UserError(f"Cannot carve a stratified validation split ({val_fraction:g} of {len(train)} training "
-                        f"texts) from {path!r} with class counts {counts}: every class needs at least two texts and "
-                        "the split at least one per class. Change data.val_fraction or add data.") from e
-    train, val = _take(train, train_idx), _take(train, val_idx)
-    if max_train_samples is not None and max_train_samples < len(train):
-        fraction = max_train_samples / len(train)
-        train = _subsample(train, max_train_samples, seed)
-        if max_eval_samples is None:
+def load_corpus(settings: DataSettings, seed: int) -> Corpus:
+    """The dataset at `settings.path` as train, validation and test texts with class indices.
+
+    Splits the dataset has are used as they are; without a test split, `test_fraction` of train is carved off
+    first (stratified, the same texts for every seed), then without a validation split `val_fraction` of the rest
+    (stratified, with `seed`). Class names come from the data (see `_classes`), in an order that is the same for
+    every run on it.
+    """
+    path = settings.path
+    raw = _load(path, settings.name)
+    columns = [settings.text_column] if isinstance(settings.text_column, str) else list(settings.text_column)
+    found = {ours: next((raw[n] for n in names if n in raw), None) for ours, names in SPLIT_NAMES.items()}
+    sources = {ours: next((f"{n} split" for n in names if n in raw), "") for ours, names in SPLIT_NAMES.items()}
+    if found["train"] is None:
+        raise UserError(f"The dataset {path!r} has no train split (it has {sorted(raw)}); name its training data "
+                        "train (train.csv, ...), or point data.path at that one file.")
+    for split, dataset in found.items():
+        if dataset is not None:
+            _check_columns(dataset, columns, settings.label_column, split, path)
+    class_names, labels = _classes({s: d for s, d in found.items() if d is not None}, settings.label_column, path)
+    splits = {s: Split(_texts(d, columns), labels[s]) for s, d in found.items() if d is not None}
+
+    if "test" not in splits:
+        splits["train"], splits["test"] = _carve(splits["train"], settings.test_fraction, TEST_SPLIT_SEED,
+                                                 "test", "data.test_fraction", class_names, path)
+        sources["test"] = (f"carved from the train split: {settings.test_fraction:.0%}, stratified by class, "
+                           f"seed {TEST_SPLIT_SEED} for every run")
+    if "val" not in splits:
+        # Stratified so that the validation split has every class in its natural proportion for any seed.
+        splits["train"], splits["val"] = _carve(splits["train"], settings.val_fraction, seed, "validation",
+                                                "data.val_fraction", class_names, path)
+        sources["val"] = f"carved from the train split: {settings.val_fraction:.0%}, stratified by class, seed {seed}"
+    train, val, test = splits["train"], splits["val"], splits["test"]
+    if settings.max_train_samples is not None and settings.max_train_samples < len(train):
+        fraction = settings.max_train_samples / len(train)
+        train = _subsample(train, settings.max_train_samples, seed)
+        if settings.max_eval_samples is None:
             val = _subsample(val, math.ceil(fraction * len(val)), seed)
             test = _subsample(test, math.ceil(fraction * len(test)), seed)
-    if max_eval_samples is not None:
-        val, test = _subsample(val, max_eval_samples, seed), _subsample(test, max_eval_samples, seed)
-    return Corpus(train, val, test, class_names)
+    if settings.max_eval_samples is not None:
+        val, test = _subsample(val, settings.max_eval_samples, seed), _subsample(test, settings.max_eval_samples, seed)
+    if "carved" in sources["val"] + sources["test"]:
+        sources["train"] += " minus what was carved from it"
+    return Corpus(train, val, test, class_names, dataset_name(path), sources)
 
 
-def _load_frames(path: str):
+def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, class_names: list[str],
+           path: str) -> tuple[Split, Split]:
+    try:
+        keep, carved = train_test_split(np.arange(len(split)), test_size=fraction, random_state=seed,
+                                        stratify=split.labels)
+    except ValueError as e:  # too few texts of a class, or fewer carved texts than classes
+        counts = dict(zip(class_names, np.bincount(split.labels, minlength=len(class_names)).tolist(), strict=True))
+        raise UserError(f"Cannot carve a stratified {what} split ({fraction:g} of {len(split)} training texts) from "
+                        f"{path!r} with class counts {counts}: every class needs at least two texts and the split "
+                        f"at least one per class. Change {setting} or add data.") from e
+    return _take(split, keep), _take(split, carved)
+
+
+def _load(path: str, name: str | None) -> dict:
+    """The dataset's splits by the names it gives them, as `datasets.Dataset`s."""
     import datasets  # slow to import; only loading needs it
 
     datasets.disable_progress_bars()
-    folder = Path(path).expanduser()
+    local = Path(path).expanduser()
     try:
-        if folder.is_dir():
-            builder, data_files = _local_files(folder)
-            dataset = datasets.load_dataset(builder, data_files=data_files)
-        elif _looks_like_a_path(path):
-            raise UserError(f"data.path={path!r} does not exist. Point data.path (or BBC_NEWS_PATH) at a folder "
-                            "holding train and test files, or give a Hugging Face hub id such as SetFit/bbc-news.")
-        else:
-            dataset = _from_hub(path)
+        if local.is_dir() and _saved_by_datasets(local):
+            loaded = datasets.load_from_disk(str(local))
+            return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
+        if local.exists():
+            (builder, options), files = _local_files(local)
+            return dict(datasets.load_dataset(builder, data_files=files, **options))
+        if _looks_like_a_path(path):
+            raise UserError(f"data.path={path!r} does not exist. Point data.path at a folder or a file of labelled "
+                            "texts (for bbc-news, BBC_NEWS_PATH does the same), or give a Hugging Face hub id such "
+                            "as SetFit/bbc-news.")
+        return dict(_from_hub(path, name))
     except UserError:
         raise
     except Exception as e:  # hub and parsing errors land here; say what to do about them
-        raise UserError(f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\n{_offline_hint()}") from e
-    missing = [s for s in SPLITS if s not in dataset]
+        raise UserError(f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\n"
+                        + (_offline_hint() if not local.exists() else "Check that its files parse as their "
+                           "extension says (.jsonl, .json, .csv, .tsv, .parquet).")) from e
+
+
+def _saved_by_datasets(folder: Path) -> bool:
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+
+
+def _data_suffix(path: Path) -> str | None:
+    """The data format of a file name, compression aside: train.csv.gz -> .csv; None if not a data file."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes and suffixes[-1] in FILE_FORMATS else None
+
+
+def _split_of(path: Path) -> str | None:
+    """The split a file's name says it holds: train.jsonl, data/test-00000-of-00001.parquet, dev.tsv, ..."""
+    stem = path.name.lower()
+    for names in SPLIT_NAMES.values():
+        for name in names:
+            if re.match(rf"{name}(?![a-z])", stem):
+                return name
+    return None
+
+
+def _local_files(local: Path) -> tuple[tuple[str, dict], dict[str, list[str]]]:
+    """The builder and the data files by split of a local file or folder."""
+    if local.is_file():
+        if _data_suffix(local) is None:
+            raise UserError(f"{local} is not a data file this pipeline reads; give a .jsonl, .json, .csv, .tsv or "
+                            ".parquet file (compressed with gzip, bzip2, xz or zstd too), or a folder of them.")
+        files = {"train": [local]}
+    else:
+        found = sorted(p for p in local.rglob("*") if p.is_file() and _data_suffix(p) and not p.name.startswith("."))
+        if not found:
+            raise UserError(f"{local} holds no data files. Expected e.g. train.jsonl and test.jsonl (also .json, "
+                            ".csv, .tsv or .parquet, compressed too), a folder written by datasets' save_to_disk, "
+                            "or a single file.")
+        files = {}
+        for p in found:
+            if _split_of(p):
+                files.setdefault(_split_of(p), []).append(p)
+        if not files:
+            if len(found) > 1:
+                raise UserError(f"{local} holds {len(found)} data files, none named after a split: "
+                                f"{[p.name for p in found[:6]]}. Name them train.*, test.* (and validation.*), or "
+                                "point data.path at one file.")
+            files = {"train": found}
+        ignored = [p.name for p in found if not _split_of(p) and len(found) > 1 and files]
+        if ignored:
+            log.warning(f"{local}: ignoring {ignored}, whose names are no split")
+    suffixes = sorted({_data_suffix(p) for paths in files.values() for p in paths})
+    if len({repr(FILE_FORMATS[s]) for s in suffixes}) > 1:  # .json and .jsonl share a reader; .csv and .tsv do not
+        raise UserError(f"{local} mixes file formats ({', '.join(suffixes)}); give every split in one format.")
+    empty = [p for paths in files.values() for p in paths if p.stat().st_size == 0]
+    if empty:
+        raise UserError(f"{empty[0]} is empty; each split needs at least one labelled text.")
+    return FILE_FORMATS[suffixes[0]], {split: [str(p) for p in paths] for split, paths in files.items()}
+
+
+def _check_columns(dataset, columns: list[str], label_column: str, split: str, path: str) -> None:
+    have = list(dataset.column_names)
+    missing = [c for c in [*columns, label_column] if c not in have]
     if missing:
-        raise UserError(f"The dataset {path!r} has no {missing} split (it has {list(dataset)}); "
-                        "it needs a train and a test split.")
-    return {s: dataset[s].to_pandas() for s in SPLITS}
+        raise UserError(f"The {split} split of {path!r} has no column {' or '.join(map(repr, missing))}; its "
+                        f"columns are {have}. Choose them with data.text_column=<column> (a list joins several with "
+                        "a space: data.text_column=[title,body]) and data.label_column=<column>.")
+    if len(dataset) == 0:
+        raise UserError(f"The {split} split of {path!r} is empty.")
+
+
+def _texts(dataset, columns: list[str]) -> list[str]:
+    """The text of every row: one column, or several joined with a space (a title and a body)."""
+    parts = [["" if v is None else str(v) for v in dataset[c]] for c in columns]
+    return [" ".join(row) for row in zip(*parts, strict=True)] if len(parts) > 1 else parts[0]
+
+
+def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str, list[int]]]:
+    """Class names and every split's labels as class indices, both from the data.
+
+    Labels may be a `ClassLabel` feature (names from it), integer ids (names from a `label_text` column when there
+    is one, else the ids themselves) or strings (sorted). The classes are those of the train split, in that order;
+    a label that only validation or test has is an error, since nothing could learn it.
+    """
+    import datasets
+
+    feature = splits["train"].features[column]
+    values = {split: list(d[column]) for split, d in splits.items()}
+    if isinstance(feature, datasets.ClassLabel):
+        names = dict(enumerate(feature.names))
+    elif all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values["train"]):
+        names = {}
+        for d in splits.values():
+            if "label_text" in d.column_names:
+                names |= dict(zip(d[column], d["label_text"], strict=True))
+    elif all(isinstance(v, str) for v in values["train"]):
+        names = {v: v for v in set(values["train"])}
+    else:
+        example = next(v for v in values["train"] if not isinstance(v, int | str) or isinstance(v, bool))
+        raise UserError(f"The labels in column {column!r} of {path!r} are neither integer ids nor strings (e.g. "
+                        f"{example!r}, {type(example).__name__}); give class ids, class names, or a ClassLabel.")
+    if any(v is None for split_values in values.values() for v in split_values):
+        raise UserError(f"Some rows of {path!r} have no label in column {column!r}; drop them or label them.")
+    classes = sorted(set(values["train"]))  # by id, or by name for string labels
+    if len(classes) < 2:
+        raise UserError(f"The train split of {path!r} has a single class ({names.get(classes[0], classes[0])!r}); "
+                        "a classifier needs at least two.")
+    index = {label: i for i, label in enumerate(classes)}
+    for split, split_values in values.items():
+        unknown = sorted({str(v) for v in split_values if v not in index})
+        if unknown:
+            raise UserError(f"The {split} split of {path!r} has label(s) {unknown[:5]} that the train split never "
+                            "has; nothing can learn them. Drop those rows or add training texts for them.")
+    return [str(names.get(c, c)) for c in classes], {s: [index[v] for v in vs] for s, vs in values.items()}
 
 
 def _offline_hint() -> str:
@@ -114,7 +267,7 @@ def _offline_hint() -> str:
             f"BBC_NEWS_PATH=<folder> does the same){cached}.")
 
 
-def _from_hub(path: str):
+def _from_hub(path: str, name: str | None = None):
     """A dataset from the Hugging Face hub. One request first asks whether the hub answers at all: unreachable, the
     datasets library would retry for half a minute, printing every retry, before failing the same way."""
     import datasets
@@ -132,48 +285,12 @@ def _from_hub(path: str):
         except Exception as e:  # no answer: no network, no DNS, a proxy in the way
             raise UserError(f"Cannot reach the Hugging Face hub to load data.path={path!r} ({type(e).__name__}: "
                             f"{e}).\n{_offline_hint()}") from e
-    return datasets.load_dataset(path)
+    return datasets.load_dataset(path, name)
 
 
 def _looks_like_a_path(path: str) -> bool:
     # A hub id is `name` or `owner/name`; anything else with a separator or a leading dot/tilde is meant as a folder.
     return path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
-
-
-def _local_files(folder: Path) -> tuple[str, dict[str, list[str]]]:
-    for suffix, builder in FILE_FORMATS.items():
-        # Accept both `train.jsonl` and hub-snapshot names such as `data/train-00000-of-00001.parquet`.
-        files = {s: sorted(str(p) for p in folder.rglob(f"{s}*{suffix}")) for s in SPLITS}
-        if all(files.values()):
-            empty = [f for split_files in files.values() for f in split_files if Path(f).stat().st_size == 0]
-            if empty:
-                raise UserError(f"{empty[0]} is empty; each split needs at least one row with `text` and `label`.")
-            return builder, files
-    raise UserError(f"{folder} holds no train and test files. Expected e.g. train.jsonl and test.jsonl "
-                    f"(also .json, .csv or .parquet) with columns `text` and `label`.")
-
-
-def _classes(frames, path: str) -> tuple[list[str], dict]:
-    """Class names and the label → index map, both from the data."""
-    for split, frame in frames.items():
-        missing = {"text", "label"} - set(frame.columns)
-        if missing:
-            raise UserError(f"The {split} split of {path!r} lacks column(s) {sorted(missing)} "
-                            f"(it has {list(frame.columns)}); each row needs `text` and an integer `label`.")
-        if len(frame) == 0:
-            raise UserError(f"The {split} split of {path!r} is empty.")
-        if not pd.api.types.is_integer_dtype(frame["label"]):
-            raise UserError(f"The {split} split of {path!r} has non-integer labels (dtype {frame['label'].dtype}, "
-                            f"e.g. {frame['label'].iloc[0]!r}); labels must be integer class ids, names go in "
-                            "`label_text`.")
-    labels = sorted({int(v) for frame in frames.values() for v in frame["label"]})
-    if len(set(frames["train"]["label"])) < 2:
-        raise UserError(f"The train split of {path!r} has a single class; a classifier needs at least two.")
-    names = {}
-    for frame in frames.values():
-        if "label_text" in frame.columns:
-            names.update(zip(frame["label"].astype(int), frame["label_text"].astype(str), strict=True))
-    return [names.get(label, str(label)) for label in labels], {label: i for i, label in enumerate(labels)}
 
 
 def _take(split: Split, idx) -> Split:
@@ -187,24 +304,24 @@ def _subsample(split: Split, n: int, seed: int) -> Split:
 
 
 class TokenizedDataset(Dataset):
-    def __init__(self, input_ids: list[list[int]], labels: list[int]):
+    def __init__(self, input_ids: list[Sequence[int]], labels: list[int]):
         assert len(input_ids) == len(labels)
         self.input_ids, self.labels = input_ids, labels
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, i: int) -> tuple[list[int], int]:
+    def __getitem__(self, i: int) -> tuple[Sequence[int], int]:
         return self.input_ids[i], self.labels[i]
 
 
-def collate(batch: list[tuple[list[int], int]], pad_id: int) -> dict[str, torch.Tensor]:
+def collate(batch: list[tuple[Sequence[int], int]], pad_id: int) -> dict[str, torch.Tensor]:
     """Pad to the longest sequence in the batch (dynamic padding); `padding_mask` is True at padding."""
     lengths = torch.tensor([len(ids) for ids, _ in batch])
     T = int(lengths.max())
     input_ids = torch.full((len(batch), T), pad_id, dtype=torch.long)  # (B, T)
     for row, (ids, _) in enumerate(batch):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
+        input_ids[row, : len(ids)] = torch.as_tensor(ids)
     padding_mask = torch.arange(T)[None, :] >= lengths[:, None]  # (B, T)
     labels = torch.tensor([label for _, label in batch])
     return {"input_ids": input_ids, "padding_mask": padding_mask, "labels": labels}
@@ -240,7 +357,7 @@ class LengthGroupedSampler(Sampler[list[int]]):
 
 
 def make_loader(
-    input_ids: list[list[int]], labels: list[int], batch_size: int, pad_id: int, shuffle: bool = False,
+    input_ids: list[Sequence[int]], labels: list[int], batch_size: int, pad_id: int, shuffle: bool = False,
     seed: int = 0, pin_memory: bool = False, group_by_length: bool = False,
 ) -> DataLoader:
     """Batches of {input_ids, padding_mask, labels}; shuffled (optionally grouped by length) for training."""

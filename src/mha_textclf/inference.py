@@ -65,7 +65,8 @@ def probability_table(texts: list[str], probabilities: np.ndarray, class_names: 
 def attention_map(model: TextClassifier, tokenizer, text: str) -> tuple[list[str], np.ndarray]:
     """The tokens of `text` ([CLS] ... [SEP]) and the attention weights of every head, (nh, T, T)."""
     model.eval()
-    ids = torch.tensor(encode(tokenizer, [text], model.config.max_length), device=next(model.parameters()).device)
+    ids = torch.as_tensor(encode(tokenizer, [text], model.config.max_length)[0], dtype=torch.long,
+                          device=next(model.parameters()).device)[None]  # (1, T)
     _, weights = model.forward_with_weights(ids, padding_mask=None, need_weights=True)
     return tokenizer.convert_ids_to_tokens(ids[0].tolist()), weights[0].float().cpu().numpy()
 

@@ -25,6 +25,7 @@ from omegaconf import MISSING
 from mha_textclf.attention import VARIANTS
 
 SCHEDULES = ("constant", "linear", "cosine")
+FEATURES = ("wordpiece", "words")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -62,9 +63,17 @@ class ModelSettings:
 
 @dataclass
 class DataSettings:
-    path: str = setting(MISSING, "a Hugging Face hub id or a local folder (set by the data config, e.g. "
-                                 "data=bbc_news, which reads $BBC_NEWS_PATH)")
-    val_fraction: float = setting(0.25, "validation share carved from train, stratified, with `seed`", gt=0, lt=1)
+    path: str = setting(MISSING, "a local folder or file (.jsonl .json .csv .tsv .parquet, compressed too; or a "
+                                 "folder written by datasets' save_to_disk) or a Hugging Face hub id; set by the data "
+                                 "config, e.g. data=bbc_news, which reads $BBC_NEWS_PATH")
+    name: str | None = setting(None, "the configuration of a hub dataset that has several")
+    text_column: Any = setting("text", "the column holding the text, or a list of columns joined with a space "
+                                       "([title,body])")
+    label_column: str = setting("label", "the column holding the label: integer ids, class names, or a ClassLabel")
+    val_fraction: float = setting(0.25, "validation share carved from train (when the data has no validation "
+                                        "split), stratified, with `seed`", gt=0, lt=1)
+    test_fraction: float = setting(0.2, "test share carved from train first (when the data has no test split), "
+                                        "stratified, the same texts for every seed", gt=0, lt=1)
     max_length: int = setting(512, "tokens per text including [CLS] and [SEP]; longer texts are truncated", gt=2)
     max_train_samples: int | None = setting(None, "subsample the training split (quick runs); val/test shrink in "
                                                   "proportion unless max_eval_samples is set", gt=0)
@@ -99,6 +108,9 @@ class TrainerSettings:
                                          "train every epoch (the best epoch is reported either way)", gt=0)
     num_threads: int | None = setting(None, "torch intra-op threads; null: torch's default, or the launcher's "
                                             "share of the cores", gt=0)
+    class_weights: str | None = setting(None, "null: every text counts the same; balanced: weight each class by "
+                                              "n_texts / (n_classes * its count), as scikit-learn does, in the "
+                                              "training and validation loss", choices=(None, "balanced"))
     precision: str = setting("fp32", "numeric precision; bf16 autocasts matmuls to bfloat16 (for CUDA; slower on "
                                      "most CPUs)",
                              choices=PRECISIONS)
@@ -137,6 +149,17 @@ class PredictSettings:
     file: str | None = setting(None, "a text file, one text per line (blank lines skipped)")
     out: str | None = setting(None, "also write the table as CSV here")
     device: str = setting("cpu", "cpu | cuda | cuda:N | auto; a model trained on a GPU runs on the CPU too")
+
+
+@dataclass
+class BaselineSettings:
+    """python scripts/baseline_tfidf.py: TF-IDF + a linear classifier on exactly the training runs' splits."""
+
+    data: DataSettings = setting(help="", factory=DataSettings)
+    tokenizer: TokenizerSettings = setting(help="", factory=TokenizerSettings)
+    features: str = setting("wordpiece", "wordpiece: the training runs' tokenizer and truncation, as a bag of "
+                                         "tokens; words: word uni- and bigrams of the whole text", choices=FEATURES)
+    seed: int = setting(0, "seeds the validation split, as in training", ge=0, lt=2**32)
 
 
 # Values the pipeline derives. They are model settings in the checkpoint (model.ModelConfig) but never on the
@@ -219,7 +242,7 @@ def check_value(f, value: Any) -> str | None:
         return None
     m = f.metadata
     if m.get("choices") and value not in m["choices"]:
-        return f"must be one of {', '.join(map(str, m['choices']))}"
+        return f"must be one of {', '.join(map(show, m['choices']))}"
     if isinstance(value, float) and not math.isfinite(value):
         return "must be a finite number"
     broken = [f"{sign} {show(m[name])}" for name, (holds, sign) in BOUNDS.items()
@@ -251,6 +274,11 @@ def _train_rules(s: TrainSettings) -> list[str]:
                      f"each head gets d_model // n_heads dimensions (choose among {divisors[:12]}).")
     if s.pe and s.model.d_model % 2:
         found.append(f"pe=true needs an even model.d_model (sin/cos pairs), got {s.model.d_model}.")
+    columns = s.data.text_column
+    if not (isinstance(columns, str) or (isinstance(columns, list) and columns
+                                         and all(isinstance(c, str) for c in columns))):
+        found.append(f"data.text_column={show(columns)}: must be a column name or a list of them "
+                     "(data.text_column=[title,body]).")
     return found
 
 
@@ -294,8 +322,10 @@ def help_table(cls: type, width: int = 118) -> str:
         default = f.default_factory() if f.default_factory is not NO_DEFAULT else f.default
         # A required value comes from a config group: model=efficient sets model.attention, data=... data.path.
         shown = show(default) if default != MISSING else f"({key.split('.')[0]}=...)" if "." in key else "(required)"
-        valid = _interval(f.metadata) or " | ".join(f.metadata.get("choices") or ())
-        rows.append((key, shown, f.metadata["help"] + (f" ({valid})" if valid else "")))
+        choices = " | ".join(map(show, f.metadata.get("choices") or ()))
+        interval = _interval(f.metadata)
+        valid = f"; range {interval}" if interval else f"; one of {choices}" if choices else ""
+        rows.append((key, shown, f.metadata["help"] + valid))
     key_width = max(len(k) for k, _, _ in rows) + 2
     default_width = max(len(d) for _, d, _ in rows) + 2
     indent = 2 + key_width + default_width

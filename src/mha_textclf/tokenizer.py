@@ -13,9 +13,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import tokenizers
 import transformers
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tqdm.auto import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from mha_textclf.errors import UserError
@@ -124,7 +126,7 @@ def _pipeline(base: str | None) -> tuple[dict, dict[str, str]]:
 def count_words(texts: Iterable[str], backend: Tokenizer) -> Counter[str]:
     """How often each word occurs, words as the tokenizer's normalizer and pre-tokenizer make them."""
     words = Counter()
-    for text in texts:
+    for text in tqdm(texts, desc="counting words", delay=2, leave=False):
         normalized = backend.normalizer.normalize_str(text) if backend.normalizer else text
         pieces = backend.pre_tokenizer.pre_tokenize_str(normalized) if backend.pre_tokenizer else [(normalized, 0)]
         words.update(word for word, _ in pieces)
@@ -158,6 +160,7 @@ def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], p
     # as its count (a rise pushes a new entry, a fall is noticed when the stale entry surfaces).
     heap = [(-n, vocab[a], vocab[b], a, b) for (a, b), n in pair_counts.items()]
     heapq.heapify(heap)
+    progress = tqdm(total=vocab_size, initial=len(vocab), desc="learning WordPiece", delay=2, leave=False)
     while len(vocab) < vocab_size and heap:
         stale_count, _, _, a, b = heapq.heappop(heap)
         count = pair_counts[a, b]
@@ -170,6 +173,7 @@ def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], p
         if token not in ids:  # a token can be reached by two merge paths; it joins the vocabulary once
             ids[token] = len(vocab)
             vocab.append(token)
+            progress.update()
         risen = set()
         for i in where.pop((a, b)):
             word, merged = symbols[i], _merge(symbols[i], a, b, ids[token])
@@ -186,6 +190,7 @@ def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], p
             symbols[i] = merged
         for x, y in sorted(risen):
             heapq.heappush(heap, (-pair_counts[x, y], vocab[x], vocab[y], x, y))
+    progress.close()
     return vocab
 
 
@@ -227,6 +232,38 @@ def load_tokenizer(path: str | Path, max_length: int) -> PreTrainedTokenizerBase
     return tokenizer
 
 
-def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int) -> list[list[int]]:
-    """Token ids per text: [CLS] first, [SEP] last, truncated to max_length, unpadded (batches pad dynamically)."""
-    return tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+ENCODE_BATCH = 1000  # texts per call: the tokenizer's own threads get work, memory stays a batch's worth
+CHARS_PER_TOKEN = 16  # a prefix this many characters per token nearly always holds max_length tokens
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int) -> list[np.ndarray]:
+    """Token ids per text: [CLS] first, [SEP] last, truncated to max_length, unpadded (batches pad dynamically),
+    as int32 arrays (a list of Python ints would take ten times the memory on a large corpus).
+
+    A text much longer than max_length tokens is tokenized from a prefix cut at a space. Tokenization works word by
+    word, so the prefix's tokens are the text's first tokens: when the prefix alone fills max_length, the result is
+    exactly the whole text's, at a fraction of the cost for a 100,000-character text. Otherwise the whole text is
+    tokenized.
+    """
+    out = []
+    for start in tqdm(range(0, len(texts), ENCODE_BATCH), desc="encoding", unit_scale=ENCODE_BATCH, delay=2,
+                      leave=False):
+        batch = texts[start : start + ENCODE_BATCH]
+        prefixes = [_prefix(text, max_length * CHARS_PER_TOKEN) for text in batch]
+        ids = tokenizer(prefixes, truncation=True, max_length=max_length)["input_ids"]
+        short = [i for i, (text, prefix) in enumerate(zip(batch, prefixes, strict=True))
+                 if prefix is not text and len(ids[i]) < max_length]
+        if short:
+            redone = tokenizer([batch[i] for i in short], truncation=True, max_length=max_length)["input_ids"]
+            for i, row in zip(short, redone, strict=True):
+                ids[i] = row
+        out += [np.asarray(row, dtype=np.int32) for row in ids]
+    return out
+
+
+def _prefix(text: str, limit: int) -> str:
+    """`text` cut at its last whitespace before `limit` characters (the text itself when it is shorter)."""
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(space, 0, limit) for space in " \n\t\r")
+    return text[:cut] if cut > 0 else text
