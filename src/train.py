@@ -16,22 +16,22 @@ import os
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-import pandas as pd
 import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mha_textclf import cli
+from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
 from mha_textclf.checkpoint import load_training_state, save_checkpoint
-from mha_textclf.data import Corpus, dataset_name, load_corpus, make_loader
+from mha_textclf.data import Corpus, load_corpus, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, order_probe
 from mha_textclf.model import ModelConfig, TextClassifier
@@ -45,9 +45,16 @@ from mha_textclf.reports import (
     write_json,
 )
 from mha_textclf.settings import TrainSettings
-from mha_textclf.summary import write_summary
 from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
-from mha_textclf.training import FitResult, StopOnSignal, evaluate, fit, resolve_device, seed_everything
+from mha_textclf.training import (
+    FitResult,
+    StopOnSignal,
+    balanced_class_weights,
+    evaluate,
+    fit,
+    resolve_device,
+    seed_everything,
+)
 
 log = logging.getLogger("train")
 
@@ -66,48 +73,13 @@ def main() -> None:
 def hydra_main(cfg: DictConfig) -> float | None:
     """One run (or sweep job): returns validation accuracy, for sweepers."""
     hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    # In a sweep a failed job must not take the others down: Hydra would re-raise only after the last job and skip
-    # the end-of-sweep summary. Every failed run records its error in its own folder; the summary lists it.
-    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    try:
-        settings = cli.to_settings(cfg)
-        metrics = train(settings, run_dir, overrides=list(hydra_cfg.overrides.task),
-                        threads=launcher_threads(hydra_cfg.launcher))
-    except UserError as e:
-        log.error(str(e))
-        (run_dir / "error.txt").write_text(str(e) + "\n")
-        if not in_sweep:
-            sys.exit(2)
-        return None
-    except KeyboardInterrupt:
-        if in_sweep:
-            raise  # Ctrl-C stops the whole sweep
-        log.error("interrupted before training started, or a second time: nothing to report")
-        sys.exit(130)
-    except Exception as e:
-        (run_dir / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
-        if not in_sweep:
-            raise
-        log.exception("job failed")  # the traceback goes to this job's train.log
+    overrides, threads = list(hydra_cfg.overrides.task), launcher_threads(hydra_cfg.launcher)
+    metrics = cli.run_job(lambda run_dir: train(cli.to_settings(cfg), run_dir, overrides, threads))
+    if metrics is None:
         return None
     if metrics.interrupted_by:
         sys.exit(128 + signal.Signals[metrics.interrupted_by].value)  # the shell's convention: 130 for SIGINT
     return metrics.val.accuracy
-
-
-class SweepSummary(Callback):
-    """At the end of a multirun, write summary.csv/.md and the comparison plots into the sweep folder."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        folder = Path(config.hydra.sweep.dir)
-        paths = write_summary(folder)
-        runs = pd.read_csv(paths["summary.csv"])
-        log.info(f"sweep summary: {paths['summary.md']}\n{paths['summary.md'].read_text()}")
-        failed = runs[runs["status"] == "failed"]
-        if len(failed):
-            log.error(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(failed['run_dir'])} (see error.txt)")
-            sys.exit(1)
 
 
 def launcher_threads(launcher: DictConfig) -> int | None:
@@ -141,9 +113,13 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     log.info(f"run folder {run_dir}  |  model={settings.model.attention} pe={settings.pe} seed={settings.seed} "
              f"device={device}")
 
-    corpus = load_data(settings)
-    tokenizer = prepare_tokenizer(settings, corpus, run_dir, state)
-    loaders = make_loaders(settings, corpus, tokenizer, device)
+    stage = Stages(device)
+    with stage("data"):
+        corpus = load_data(settings)
+    with stage("tokenizer"):
+        tokenizer = prepare_tokenizer(settings, corpus, run_dir, state)
+    with stage("encode"):
+        loaders = make_loaders(settings, corpus, tokenizer, device)
     model = build_model(settings, corpus, tokenizer).to(device)
 
     # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after the
@@ -151,14 +127,21 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     for row in state["history"] if state else []:  # a resumed run's folder tells the whole story
         append_history(run_dir / "history.csv", row)
     metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
+    weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
+               if settings.trainer.class_weights == "balanced" else None)
     with StopOnSignal() as stop:
-        result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
-                     state_path=run_dir / "last.pt", best_path=run_dir / "best.pt", class_names=corpus.class_names,
-                     resume_state=state, metadata=metadata,
-                     on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))
-        save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
-        metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop)
-        write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
+        with stage("fit"):
+            result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
+                         state_path=run_dir / "last.pt", best_path=run_dir / "best.pt",
+                         class_names=corpus.class_names, class_weights=weights, resume_state=state,
+                         metadata=metadata, on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))
+        with stage("reports"):
+            save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
+            metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
+                                    stage.record)
+            write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
+    metrics.stages = stage.record  # now with the reports' own stage
+    metrics.write(run_dir / "metrics.json")
 
     status = f"INTERRUPTED by {metrics.interrupted_by} after epoch {metrics.epochs}, " if metrics.interrupted_by else ""
     log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
@@ -166,6 +149,26 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     if metrics.interrupted_by:
         log.info(f"continue with: python -m train {shlex.join(metadata['overrides'])} resume={run_dir}")
     return metrics
+
+
+class Stages:
+    """Wall time and peak memory of each stage of a run, for metrics.json and the log: `with stage("data"): ...`.
+
+    Peak memory is the process's resident set at its highest during the stage (on CUDA: what torch allocated).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device, self.record = device, {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        reset_peak_memory(self.device)
+        start = time.perf_counter()
+        yield
+        self.record[name] = {"seconds": round(time.perf_counter() - start, 3),
+                             "peak_memory_mb": round(peak_memory_mb(self.device), 1)}
+        log.info(f"stage {name}: {self.record[name]['seconds']:.1f} s, peak memory "
+                 f"{self.record[name]['peak_memory_mb']:,.0f} MB")
 
 
 def resume_state(settings: TrainSettings) -> dict | None:
@@ -193,11 +196,13 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 def load_data(settings: TrainSettings) -> Corpus:
-    """Texts and class names from the dataset; validation carved from train with the seed."""
-    data = settings.data
-    corpus = load_corpus(data.path, data.val_fraction, settings.seed, data.max_train_samples, data.max_eval_samples)
-    log.info(f"data: {len(corpus.train)} train / {len(corpus.val)} val / {len(corpus.test)} test, "
-             f"classes {corpus.class_names}")
+    """Texts and class names from the dataset, its splits settled (see data.load_corpus)."""
+    corpus = load_corpus(settings.data, settings.seed)
+    shown = corpus.class_names[:10] + (["..."] if len(corpus.class_names) > 10 else [])
+    log.info(f"data {corpus.name}: {len(corpus.train)} train / {len(corpus.val)} val / {len(corpus.test)} test, "
+             f"{len(corpus.class_names)} classes {shown}")
+    for split, source in corpus.sources.items():
+        log.info(f"  {split}: {source}")
     return corpus
 
 
@@ -236,7 +241,8 @@ def _title(settings: TrainSettings) -> str:
 
 
 def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier, corpus: Corpus, loaders: dict,
-                  result: FitResult, device: torch.device, stop: StopOnSignal) -> RunMetrics:
+                  result: FitResult, device: torch.device, stop: StopOnSignal,
+                  class_weights: torch.Tensor | None = None, stage_record: dict | None = None) -> RunMetrics:
     """The reported model (lowest validation loss) on val, then on the test split, evaluated once; metrics.json.
 
     A signal that arrives meanwhile (`stop` caught it) lets the reports finish and is recorded in metrics.json.
@@ -246,19 +252,21 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         figure = plot_loss_curve(history, title=_title(settings), reported_epoch=result.best_epoch)
         figure.savefig(run_dir / "loss_curve.png", dpi=120)
     splits = {}
-    source = f"{settings.model.attention}, pe={settings.pe} on {dataset_name(settings.data.path)}"
+    source = f"{settings.model.attention}, pe={settings.pe} on {corpus.name}"
     for split in ("val", "test"):
-        evaluation = evaluate(model, loaders[split], device, settings.trainer.precision)
+        evaluation = evaluate(model, loaders[split], device, settings.trainer.precision, class_weights)
         splits[split] = split_report(run_dir, split, evaluation.labels, evaluation.predictions, evaluation.loss,
                                      corpus.class_names, source)
     train_seconds = sum(row["train_seconds"] for row in history)
     metrics = RunMetrics(
-        model=settings.model.attention, pe=settings.pe, seed=settings.seed, val=splits["val"], test=splits["test"],
+        model=settings.model.attention, pe=settings.pe, seed=settings.seed, dataset=corpus.name,
+        splits=corpus.sources, train_samples=len(corpus.train), val=splits["val"], test=splits["test"],
         class_names=corpus.class_names, params=model.num_parameters(), train_seconds=train_seconds,
         eval_seconds=sum(row["eval_seconds"] for row in history), epochs=len(history),
         best_epoch=result.best_epoch, stopped_early=result.stopped_early, interrupted_by=stop.signal,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
-        vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads())
+        vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
+        stages=dict(stage_record))
     metrics.write(run_dir / "metrics.json")
     return metrics
 

@@ -22,8 +22,21 @@ def test_the_loss_curve_marks_the_reported_epoch_on_whole_epochs():
     assert ticks == [1, 2, 3] and all(float(t).is_integer() for t in ax.get_xticks())
 
 
-def test_a_confusion_matrix_names_model_data_and_split():
+def test_a_confusion_matrix_names_model_data_and_split_normalised_by_true_class():
     ax = drawn(plot_confusion_matrix([0, 1, 1], [0, 1, 0], ["neg", "pos"], title="naive, pe=False on sst: val"))
-    assert ax.get_title() == "naive, pe=False on sst: val"
+    assert ax.get_title().startswith("naive, pe=False on sst: val\n")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["neg", "pos"]
-    np.testing.assert_array_equal(ax.images[0].get_array(), [[1, 0], [1, 1]])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["neg", "pos"]
+    np.testing.assert_allclose(ax.images[0].get_array(), [[1, 0], [0.5, 0.5]])  # rows sum to 1
+
+
+def test_a_confusion_matrix_of_many_classes_stays_readable():
+    names = [f"newsgroup.topic.{i}" for i in range(25)]
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 25, 500).tolist()
+    figure = plot_confusion_matrix(labels, labels, names, title="efficient on 20ng: test")
+    ax = drawn(figure)
+    assert [t.get_text() for t in ax.get_yticklabels()] == names  # every name, on both axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == names
+    assert figure.get_size_inches()[1] >= 0.35 * 25  # room for 25 rows of labels
+    assert not ax.texts  # no 625 numbers crammed into the cells

@@ -72,6 +72,9 @@ MISTAKES = [
     (["-m", "model.n_heads=5,8"], "model.n_heads=5: model.d_model=64 is not divisible by it"),
     (["-m", "experiment=search", "model.d_model=63", "model.n_heads=1"], "pe=true needs an even model.d_model"),
     (["model.d_model=abc", "model.n_heads=3"], "model.d_model=abc: must be a whole number"),  # and nothing else
+    (["trainer.class_weights=weighted"], "trainer.class_weights=weighted: must be one of null, balanced"),
+    (["data.text_column=[1,2]"], "data.text_column=[1,2]: must be a column name or a list of them"),
+    (["data.test_fraction=0"], "data.test_fraction=0: must be > 0"),
 ]
 
 
@@ -160,7 +163,7 @@ def test_help_lists_every_setting_with_its_default():
         if isinstance(value, int | float) and not isinstance(value, bool):
             assert f" {value:g} " in line, line
     assert "model.attention" in table and "(model=...)" in table
-    assert "constant | linear | cosine" in table
+    assert "one of constant | linear | cosine" in " ".join(table.split())  # the choices, whatever the line breaks
 
 
 def test_overrides_parse_like_hydra():

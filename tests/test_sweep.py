@@ -54,16 +54,19 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
     pd.testing.assert_frame_equal(pd.read_csv(sweep / "summary.csv"), runs)
 
 
-def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, pe=False, **settings):
+def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, pe=False, dataset="bbc-news",
+             **settings):
     """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv."""
     folder.mkdir(parents=True)
     split = SplitMetrics(accuracy=accuracy, macro_f1=accuracy, loss=1.0, n_samples=10)
-    RunMetrics(model=model, pe=pe, seed=seed, val=split, test=split, class_names=["a", "b"], params=10,
+    RunMetrics(model=model, pe=pe, seed=seed, dataset=dataset, splits={}, train_samples=20, val=split, test=split,
+               class_names=["a", "b"], params=10,
                train_seconds=2 * epoch_seconds, eval_seconds=0.1, epochs=2, best_epoch=2, stopped_early=False,
                interrupted_by=None, tokens_per_second=1.0, vocab_size=100, device="cpu",
                threads=1).write(folder / "metrics.json")
     config = {"model": {"attention": model, "dropout": 0.0}, "seed": seed, "pe": False,
-              "tokenizer": {"base": None, "cache_dir": f"/cache/of/{folder.name}"}, "data": {"path": "/data"}}
+              "tokenizer": {"base": None, "cache_dir": f"/cache/of/{folder.name}"},
+              "data": {"path": f"/data/{dataset}"}}
     for key, value in settings.items():
         group, name = key.split("__")
         config[group][name] = value
@@ -77,12 +80,21 @@ def test_groups_average_over_seeds_and_compare_speed(tmp_path):
                                                      ("efficient", 0, 0.7, 10.0), ("efficient", 1, 0.9, 10.0)]):
         fake_run(tmp_path / f"{i}_run", model, seed, acc, seconds)
     runs = runs_table(tmp_path)
-    assert list(runs.columns[:4]) == ["model", "pe", "seed", "status"]  # cache_dir differs, but says where, not what
+    assert list(runs.columns[:5]) == ["dataset", "model", "pe", "seed", "status"]  # cache_dir: where, not what
     groups = groups_table(runs).set_index("model")
     assert groups.loc["naive", "val_accuracy_mean"] == pytest.approx(0.85)
     assert groups.loc["efficient", "val_accuracy_std"] == pytest.approx(0.1414, abs=1e-4)  # sample std over seeds
     assert groups.loc["naive", "epoch_time_vs_fastest"] == pytest.approx(3.2)
     assert groups.loc["efficient", "epoch_time_vs_fastest"] == 1.0
+
+
+def test_datasets_are_compared_side_by_side(tmp_path):
+    for i, (dataset, seconds) in enumerate([("bbc-news", 10.0), ("bbc-news", 10.0), ("r8", 4.0), ("r8", 2.0)]):
+        fake_run(tmp_path / f"{i}_run", seed=i % 2, dataset=dataset, accuracy=0.9 - i / 10, epoch_seconds=seconds)
+    groups = groups_table(runs_table(tmp_path)).set_index("dataset")
+    assert groups["runs"].tolist() == [2, 2] and "data.path" not in groups.columns  # the name stands for the path
+    assert groups.loc["r8", "val_accuracy_mean"] == pytest.approx(0.65)
+    assert groups["epoch_time_vs_fastest"].tolist() == [1.0, 1.0]  # each against its own dataset's fastest
 
 
 def test_baselines_without_pe_form_groups_too(tmp_path):

@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 import train as train_module
-from conftest import REPO, run_train, train_in_process
+from conftest import REPO, run_train, settings_for, train_in_process
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
 from mha_textclf.errors import UserError
 from mha_textclf.reports import RunMetrics
+from mha_textclf.settings import DataSettings
 from mha_textclf.tokenizer import load_tokenizer
 
 SMOKE = ["experiment=smoke"]
@@ -122,7 +123,7 @@ def test_multirun_variants_agree(data_dir, tmp_path):
     assert len(summary) == 6 and set(summary["status"]) == {"ok"}
     assert sorted(zip(summary["model"], summary["pe"], strict=True)) == sorted(
         (m, pe) for m in ("naive", "efficient", "torch") for pe in (False, True))
-    assert "## By model, pe" in (sweep / "summary.md").read_text()
+    assert "## By dataset, model, pe" in (sweep / "summary.md").read_text()
     assert (sweep / "loss_curves.png").stat().st_size > 0 and (sweep / "accuracy_vs_time.png").stat().st_size > 0
 
 
@@ -142,7 +143,7 @@ def test_long_inputs_and_early_stopping_end_to_end(data_dir, tmp_path):
     assert model.positional.pe.shape[0] == 1024  # the PE buffer follows data.max_length...
     # ...and so does truncation: the tokens the pipeline trained on are the texts cut at 1024, not at 512.
     tokenizer = load_tokenizer(tmp_path / "tokenizer", max_length=1024)
-    texts = load_corpus(str(data_dir), 0.25, seed=0, max_train_samples=48).train.texts
+    texts = load_corpus(DataSettings(path=str(data_dir), max_train_samples=48), seed=0).train.texts
     lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
     trained_on = load_training_state(tmp_path / "last.pt")["history"][0]["train_tokens"]
     assert trained_on == sum(min(n, 1024) for n in lengths) > sum(min(n, 512) for n in lengths)
@@ -199,3 +200,28 @@ def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbe
     assert (metrics["a"].val, metrics["a"].test) == (metrics["b"].val, metrics["b"].test)
     tokenizers = [(tmp_path / name / "tokenizer" / "tokenizer.json").read_bytes() for name in processes]
     assert tokenizers[0] == tokenizers[1]
+
+
+@pytest.mark.slow
+def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path):
+    """A third-party corpus in the shape it comes in trains end to end, and predict speaks its class names."""
+    from predict import predict
+
+    topics = {"earn": 30, "acq": 20, "crude": 6, "grain": 4}
+    folder = tmp_path / "newswire"
+    folder.mkdir()
+    for split, scale in (("train", 1), ("test", 0.5)):
+        frame = pd.DataFrame([{"Category": t, "Text": f"{t} {t} report number {i} from the wire"}
+                              for t, n in topics.items() for i in range(int(n * scale))])
+        frame.to_csv(folder / f"{split}.csv", index=False)
+    run_dir = tmp_path / "run"
+    metrics = train_in_process(run_dir, *SMOKE, "data.max_train_samples=null", "data.text_column=Text",
+                               "data.label_column=Category", "trainer.class_weights=balanced", "trainer.epochs=3",
+                               "probes.attention=[]", data_dir=folder)
+    assert metrics.dataset == "newswire" and metrics.class_names == sorted(topics)
+    assert metrics.splits == {"train": "train split minus what was carved from it",
+                              "val": "carved from the train split: 25%, stratified by class, seed 0",
+                              "test": "test split"}
+    assert metrics.train_samples + metrics.val.n_samples == 60 and metrics.test.n_samples == 30
+    table = predict(settings_for(f"run_dir={run_dir}", "text=[crude crude report,earn earn report]", app="predict"))
+    assert list(table.columns) == ["text", *sorted(topics), "predicted"]

@@ -4,15 +4,23 @@ import itertools
 import os
 import signal
 
+import numpy as np
 import pytest
 import torch
 
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
-from mha_textclf.data import make_loader
+from mha_textclf.data import collate, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.settings import TrainerSettings
-from mha_textclf.training import DivergenceError, fit, lr_factor, resolve_device
+from mha_textclf.training import (
+    DivergenceError,
+    balanced_class_weights,
+    evaluate,
+    fit,
+    lr_factor,
+    resolve_device,
+)
 
 CPU = torch.device("cpu")
 
@@ -162,3 +170,24 @@ def test_embedding_and_mlp_dropout_act_in_training_only():
     assert torch.equal(net(ids), net(ids))
     net.train()
     assert not torch.allclose(net(ids), net(ids))
+
+
+def test_balanced_class_weights_are_scikit_learns():
+    from sklearn.utils.class_weight import compute_class_weight
+
+    labels = [0] * 30 + [1] * 6 + [2] * 4
+    expected = compute_class_weight("balanced", classes=np.arange(3), y=labels)
+    torch.testing.assert_close(balanced_class_weights(labels, 3), torch.tensor(expected, dtype=torch.float32))
+    assert balanced_class_weights([0, 0, 1], 3)[2] == 0  # a class the split lacks weighs nothing
+
+
+def test_weighted_evaluation_is_the_weighted_mean_cross_entropy():
+    ids, labels = toy_problem(n=20)
+    net = model().eval()
+    weights = torch.tensor([0.3, 2.0])
+    result = evaluate(net, make_loader(ids, labels, 6, 0), CPU, class_weights=weights)
+    batch = collate(list(zip(ids, labels, strict=True)), 0)
+    with torch.no_grad():
+        logits = net(batch["input_ids"], batch["padding_mask"])
+    expected = torch.nn.functional.cross_entropy(logits, batch["labels"], weight=weights)  # the whole set at once
+    assert result.loss == pytest.approx(expected.item(), rel=1e-5)

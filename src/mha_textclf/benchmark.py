@@ -72,8 +72,9 @@ def _proc_status_mb(field: str) -> float:
     raise OSError(f"no {field} in /proc/self/status")
 
 
-def _reset_peak(device: torch.device) -> float:
-    """Start a fresh peak-memory measurement; returns the memory in use now (MB)."""
+def reset_peak_memory(device: torch.device) -> float:
+    """Start a fresh peak-memory measurement; returns the memory in use now (MB): on CUDA what torch allocated, on
+    the CPU the process's resident set."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return torch.cuda.memory_allocated(device) / 2**20
@@ -84,7 +85,8 @@ def _reset_peak(device: torch.device) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _peak_mb(device: torch.device) -> float:
+def peak_memory_mb(device: torch.device) -> float:
+    """The peak since `reset_peak_memory` (MB), in the same terms."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     try:
@@ -113,7 +115,7 @@ def measure(case: Case) -> dict:
         attention.zero_grad(set_to_none=True)
 
     _sync(device)
-    baseline = _reset_peak(device)
+    baseline = reset_peak_memory(device)
     step()  # warm-up: allocator, kernel selection, lazy initialisation
     _sync(device)
     times = []
@@ -125,7 +127,7 @@ def measure(case: Case) -> dict:
     seconds = statistics.median(times)
     flops = attention_flops(case.B, Tq, case.T, case.d_model)
     return asdict(case) | {"ms": 1e3 * seconds, "repeats_done": len(times),
-                           "peak_mb": max(_peak_mb(device) - baseline, 0.0), "gflops": flops / seconds / 1e9}
+                           "peak_mb": max(peak_memory_mb(device) - baseline, 0.0), "gflops": flops / seconds / 1e9}
 
 
 def matmul_peak_gflops(device: str = "cpu", n: int = 2048, repeats: int = 5) -> float:

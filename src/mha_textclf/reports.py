@@ -51,12 +51,15 @@ class RunMetrics:
     """metrics.json: what one run measured. Written by train and by the TF-IDF baseline, read by the summary.
 
     What the run was told to do is in config.yaml beside it, and the per-epoch numbers are in history.csv; nothing
-    here repeats either, except the three settings every table is grouped by (model, pe, seed).
+    here repeats either, except what every table is grouped by (model, pe, seed, and the dataset, by name).
     """
 
     model: str  # the attention variant, or the baseline's name (tfidf-words)
     pe: bool | None  # None for a baseline
     seed: int
+    dataset: str  # the dataset's short name (its folder or file name, or its hub id)
+    splits: dict[str, str]  # where the train, val and test texts came from (the dataset's split, or carved)
+    train_samples: int
     val: SplitMetrics  # the reported model (lowest validation loss) on the validation split
     test: SplitMetrics  # ... and on the test split, evaluated once
     class_names: list[str]
@@ -71,6 +74,7 @@ class RunMetrics:
     vocab_size: int | None
     device: str
     threads: int
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds and peak memory (MB) of each stage
     finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     versions: dict[str, str] = field(default_factory=lambda: library_versions())
     format: str = METRICS_FORMAT
@@ -107,12 +111,19 @@ def split_report(run_dir: Path, split: str, labels: list[int], predictions: list
 
 def plot_confusion_matrix(labels: list[int], predictions: list[int], class_names: list[str],
                           title: str = "") -> Figure:
-    fig = Figure(figsize=(6, 5), layout="constrained")
+    """Rows are true classes, normalised to sum to 1 (each class's recall on the diagonal, so that a large class
+    does not drown the small ones), class names on both axes. The figure grows with the number of classes and shows
+    the numbers while they fit, so 20 or more classes stay readable."""
+    n = len(class_names)
+    side = max(5.0, 2.5 + 0.4 * n)
+    fig = Figure(figsize=(side + 1.2, side), layout="constrained")
     ax = fig.add_subplot()
-    ConfusionMatrixDisplay.from_predictions(labels, predictions, labels=list(range(len(class_names))),
-                                            display_labels=class_names, ax=ax, colorbar=False,
-                                            xticks_rotation=45)
-    ax.set_title(title)
+    ConfusionMatrixDisplay.from_predictions(labels, predictions, labels=list(range(n)), display_labels=class_names,
+                                            normalize="true", ax=ax, colorbar=True, cmap="Blues",
+                                            include_values=n <= 12, values_format=".2f",
+                                            xticks_rotation=45 if n <= 8 else 90)
+    ax.set_title(f"{title}\nrows: true class, normalised to 1" if title else "rows: true class, normalised to 1",
+                 fontsize=10)
     return fig
 
 

@@ -12,10 +12,12 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
+from mha_textclf.data import dataset_name
 from mha_textclf.reports import RunMetrics, whole_epochs
 
-RUN_COLUMNS = ["model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1",
-               "epochs", "train_seconds", "median_epoch_seconds", "tokens_per_second", "params", "device", "run_dir"]
+RUN_COLUMNS = ["dataset", "model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy",
+               "test_macro_f1", "epochs", "train_seconds", "median_epoch_seconds", "tokens_per_second", "params",
+               "device", "run_dir"]
 GROUP_METRICS = ["val_accuracy", "test_accuracy", "val_macro_f1", "test_macro_f1", "train_seconds",
                  "median_epoch_seconds"]
 
@@ -59,10 +61,13 @@ def run_row(run_dir: Path, root: Path) -> dict:
     row = dict.fromkeys(RUN_COLUMNS) | {"run_dir": str(run_dir.relative_to(root)) or "."}
     metrics_path = run_dir / "metrics.json"
     if not metrics_path.exists():
-        config_path = run_dir / ".hydra" / "config.yaml"
-        config = yaml.safe_load(config_path.read_text()) if config_path.exists() else {}
+        config_path = next((p for p in (run_dir / "config.yaml", run_dir / ".hydra" / "config.yaml") if p.exists()),
+                           None)
+        config = yaml.safe_load(config_path.read_text()) if config_path else {}
         error = run_dir / "error.txt"
-        return row | {"model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
+        path = (config.get("data") or {}).get("path")
+        return row | {"dataset": dataset_name(path) if path and "${" not in path else None,
+                      "model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
                       "seed": config.get("seed"), "status": "failed",
                       "error": " ".join(error.read_text().split()) if error.exists() else
                       "no metrics.json and no error.txt: killed, or still running"}
@@ -73,7 +78,8 @@ def run_row(run_dir: Path, root: Path) -> dict:
     history_path = run_dir / "history.csv"
     epoch_seconds = pd.read_csv(history_path)["train_seconds"] if history_path.exists() else pd.Series([math.nan])
     return row | {
-        "model": m.model, "pe": m.pe, "seed": m.seed, "status": "interrupted" if m.interrupted_by else "ok",
+        "dataset": m.dataset, "model": m.model, "pe": m.pe, "seed": m.seed,
+        "status": "interrupted" if m.interrupted_by else "ok",
         "val_accuracy": m.val.accuracy, "val_macro_f1": m.val.macro_f1,
         "test_accuracy": m.test.accuracy, "test_macro_f1": m.test.macro_f1,
         "epochs": m.epochs, "train_seconds": m.train_seconds, "median_epoch_seconds": epoch_seconds.median(),
@@ -102,19 +108,21 @@ def setting_columns(runs: pd.DataFrame) -> list[str]:
 
 
 def groups_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds for each (model, pe, varying settings) among finished runs, and each group's median
-    epoch time relative to the fastest group. Runs are only averaged with runs of the same settings."""
+    """Mean and std over seeds for each (dataset, model, pe, varying settings) among finished runs, and each group's
+    median epoch time relative to the fastest group on its dataset. Runs are only averaged with runs of the same
+    settings."""
     done = runs[runs["status"] == "ok"].copy()
     if done.empty:
         return pd.DataFrame()
     done["pe"] = done["pe"].map(str)  # "None" for baselines, so that they group too
-    grouped = done.groupby(["model", "pe", *setting_columns(runs)], sort=True)
+    grouped = done.groupby(["dataset", "model", "pe", *setting_columns(runs)], sort=True, dropna=False)
     table = grouped[GROUP_METRICS].agg(["mean", "std"])
     table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
     table.insert(0, "runs", grouped.size())
-    fastest = table["median_epoch_seconds_mean"].min()
+    table = table.reset_index()
+    fastest = table.groupby("dataset", dropna=False)["median_epoch_seconds_mean"].transform("min")
     table["epoch_time_vs_fastest"] = table["median_epoch_seconds_mean"] / fastest
-    return table.reset_index()
+    return table
 
 
 def write_summary(folder: str | Path) -> dict[str, Path]:
@@ -134,7 +142,8 @@ def summary_markdown(runs: pd.DataFrame, groups: pd.DataFrame) -> str:
     parts = ["# Sweep summary", ""]
     if not groups.empty:
         readable = _readable_groups(groups, setting_columns(runs))
-        parts += ["## By model, pe and varying settings (mean ± std over seeds)", "", markdown_table(readable), ""]
+        parts += ["## By dataset, model, pe and varying settings (mean ± std over seeds)", "",
+                  markdown_table(readable), ""]
     shown = runs.drop(columns=["error"]).copy()
     for column in ("val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1"):
         shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
@@ -156,7 +165,8 @@ def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
 
     settings = {c: groups[c] for c in settings}
     return pd.DataFrame({
-        "model": groups["model"], "pe": groups["pe"], **settings, "runs": groups["runs"],
+        "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"], **settings,
+        "runs": groups["runs"],
         "val accuracy": pm("val_accuracy", ".4f"), "test accuracy": pm("test_accuracy", ".4f"),
         "val macro-F1": pm("val_macro_f1", ".4f"), "test macro-F1": pm("test_macro_f1", ".4f"),
         "train s": pm("train_seconds", ".1f"), "median epoch s": pm("median_epoch_seconds", ".2f"),

@@ -66,19 +66,32 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
+def balanced_class_weights(labels: list[int], n_classes: int) -> torch.Tensor:
+    """scikit-learn's "balanced" weights, n_samples / (n_classes * count of the class): every class weighs as much
+    in the loss as the others together would if they were as frequent. A class absent from `labels` weighs 0."""
+    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
+    weights = np.divide(len(labels), n_classes * counts, out=np.zeros(n_classes), where=counts > 0)
+    return torch.tensor(weights, dtype=torch.float32)
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32") -> Evaluation:
-    """Mean cross-entropy over all samples, with labels and argmax predictions in loader order."""
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32",
+             class_weights: torch.Tensor | None = None) -> Evaluation:
+    """Mean cross-entropy (class-weighted, when weights are given, as in training), with labels and argmax
+    predictions in loader order."""
     model.eval()
-    total_loss, labels, predictions = 0.0, [], []
+    weights = None if class_weights is None else class_weights.to(device)
+    total_loss, total_weight, labels, predictions = 0.0, 0.0, [], []
     for batch in loader:
         batch = _to(batch, device)
         with autocast(device, precision):
             logits = model(batch["input_ids"], batch["padding_mask"]).float()
-        total_loss += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
+        total_loss += F.cross_entropy(logits, batch["labels"], weight=weights, reduction="sum").item()
+        # The weighted mean divides by the weights of the samples, as cross_entropy's own mean does.
+        total_weight += len(batch["labels"]) if weights is None else weights[batch["labels"]].sum().item()
         labels += batch["labels"].tolist()
         predictions += logits.argmax(-1).tolist()
-    return Evaluation(total_loss / max(len(labels), 1), labels, predictions)
+    return Evaluation(total_loss / max(total_weight, 1e-12), labels, predictions)
 
 
 class DivergenceError(UserError):
@@ -141,7 +154,8 @@ class FitResult:
 def fit(
     model: nn.Module, train_loader: DataLoader, val_loader: DataLoader, config: TrainerSettings,
     device: torch.device, *, stop: StopOnSignal | None = None, state_path: Path | None = None,
-    best_path: Path | None = None, class_names: list[str] | None = None, resume_state: dict | None = None,
+    best_path: Path | None = None, class_names: list[str] | None = None, class_weights: torch.Tensor | None = None,
+    resume_state: dict | None = None,
     metadata: dict | None = None, on_epoch_end: Callable[[dict], None] = lambda row: None,
 ) -> FitResult:
     """Train with AdamW, the configured schedule and regularisation; validate after every epoch.
@@ -189,11 +203,11 @@ def fit(
     # A caller that reports after training (train.py) holds `stop` across its reports too; alone, fit holds it.
     with nullcontext(stop) if stop is not None else StopOnSignal() as stop:
         for epoch in range(first_epoch, config.epochs + 1):
-            row = _train_epoch(model, train_loader, optimizer, scheduler, config, device, epoch, stop)
+            row = _train_epoch(model, train_loader, optimizer, scheduler, config, device, epoch, stop, class_weights)
             if stop.signal:
                 return finish(interrupted=stop.signal)
             start = time.perf_counter()
-            val = evaluate(model, val_loader, device, config.precision)
+            val = evaluate(model, val_loader, device, config.precision, class_weights)
             row |= {"val_loss": val.loss, "val_accuracy": val.accuracy, "eval_seconds": time.perf_counter() - start,
                     "elapsed_train_seconds": (history[-1]["elapsed_train_seconds"] if history else 0.0)
                     + row["train_seconds"]}
@@ -224,8 +238,9 @@ def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, device, epoch: int,
-                 stop: StopOnSignal) -> dict:
+                 stop: StopOnSignal, class_weights: torch.Tensor | None = None) -> dict:
     model.train()
+    weights = None if class_weights is None else class_weights.to(device)
     start = time.perf_counter()
     total_loss, n_samples, n_tokens = 0.0, 0, 0
     lr = optimizer.param_groups[0]["lr"]
@@ -234,7 +249,7 @@ def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, d
         batch = _to(batch, device)
         with autocast(device, config.precision):
             logits = model(batch["input_ids"], batch["padding_mask"])
-        loss = F.cross_entropy(logits.float(), batch["labels"], label_smoothing=config.label_smoothing)
+        loss = F.cross_entropy(logits.float(), batch["labels"], weight=weights, label_smoothing=config.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if config.grad_clip is not None:
