@@ -1,4 +1,5 @@
-"""The TF-IDF baseline writes a run folder that scripts/summarize.py tables next to attention runs."""
+"""The TF-IDF baseline: the training runs' splits and tokenizer, the same data settings on the same command line,
+and a run folder that the summaries table next to the attention runs."""
 
 import subprocess
 import sys
@@ -6,36 +7,35 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO
-from mha_textclf.baseline import tfidf_baseline
+from conftest import REPO, settings_for
+from mha_textclf.baseline import run_baseline
 from mha_textclf.data import load_corpus
 from mha_textclf.reports import RunMetrics
-from mha_textclf.settings import TokenizerSettings
-from mha_textclf.tokenizer import get_tokenizer
 
 
 @pytest.mark.slow
-def test_wordpiece_baseline_uses_the_same_splits_and_is_strong(data_dir, tmp_path):
-    corpus = load_corpus(str(data_dir), 0.25, seed=0)
-    tokenizer = get_tokenizer(corpus.train.texts, TokenizerSettings(cache_dir=str(tmp_path)), 512)
-    result = tfidf_baseline(corpus, "wordpiece", tokenizer, 512)
-    assert len(result.predictions["val"]) == 307 and len(result.predictions["test"]) == 1000
-    accuracy = sum(p == y for p, y in zip(result.predictions["test"], corpus.test.labels, strict=True)) / 1000
-    assert accuracy > 0.9  # a bag of wordpieces carries most of the signal
-    assert result.n_features <= 1000
+def test_wordpiece_baseline_uses_the_same_splits_and_tokenizer_and_is_strong(data_dir, tmp_path):
+    settings = settings_for(f"data.path={data_dir}", f"tokenizer.cache_dir={tmp_path / 'cache'}", app="baseline")
+    metrics = run_baseline(settings, tmp_path / "run")
+    corpus = load_corpus(settings.data, seed=0)
+    assert (metrics.val.n_samples, metrics.test.n_samples) == (len(corpus.val), len(corpus.test)) == (307, 1000)
+    assert metrics.splits == corpus.sources and metrics.dataset == "bbc-news"
+    assert metrics.test.accuracy > 0.9  # a bag of wordpieces carries most of the signal
+    assert metrics.vocab_size <= 1000 and metrics.params <= 1000 * len(corpus.class_names)
 
 
 @pytest.mark.slow
-def test_baseline_script_and_summary(data_dir, tmp_path):
-    out = tmp_path / "runs" / "tfidf"
-    result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "--data-path", str(data_dir), "--features",
-                             "words", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
+def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summary(data_dir, tmp_path):
+    sweep = tmp_path / "runs"
+    result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "-m", f"data.path={data_dir}",
+                             "features=words", "seed=0,1", f"hydra.sweep.dir={sweep}"], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    metrics = RunMetrics.read(out / "metrics.json")
-    assert metrics.model == "tfidf-words" and metrics.val.n_samples == 307
-    assert (out / "classification_report_test.txt").exists() and (out / "confusion_matrix_val.png").exists()
-    result = subprocess.run([sys.executable, "scripts/summarize.py", str(tmp_path / "runs")], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    runs = pd.read_csv(tmp_path / "runs" / "summary.csv")
-    assert runs["model"].tolist() == ["tfidf-words"] and runs["status"].tolist() == ["ok"]
+    runs = pd.read_csv(sweep / "summary.csv")  # the end-of-sweep summary, as for training sweeps
+    assert runs["model"].tolist() == ["tfidf-words"] * 2 and set(runs["status"]) == {"ok"}
+    metrics = RunMetrics.read(sweep / runs["run_dir"][0] / "metrics.json")
+    assert metrics.val.n_samples == 307 and (sweep / runs["run_dir"][0] / "confusion_matrix_val.png").exists()
+    assert "| bbc-news | tfidf-words | None | 2 |" in (sweep / "summary.md").read_text()  # one group of two seeds
+    result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "features=word"], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and "features=word: must be one of wordpiece, words" in result.stderr

@@ -6,19 +6,24 @@ the same information, without any order), `words` uses word uni- and bigrams of 
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
+import yaml
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 from sklearn.svm import LinearSVC
 
-from mha_textclf.data import Corpus
-from mha_textclf.tokenizer import encode
+from mha_textclf.data import Corpus, load_corpus
+from mha_textclf.reports import RunMetrics, split_report
+from mha_textclf.settings import BaselineSettings
+from mha_textclf.tokenizer import encode, get_tokenizer
 
-FEATURES = ("wordpiece", "words")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -29,22 +34,44 @@ class BaselineResult:
     n_features: int
 
 
-def tfidf_baseline(corpus: Corpus, features: str = "wordpiece", tokenizer=None, max_length: int = 512,
-                   seed: int = 0) -> BaselineResult:
+def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
+    """Load the data as training does (same splits, same tokenizer), fit, and write a run folder that the summaries
+    table next to the attention runs: config.yaml, metrics.json, classification reports, confusion matrices."""
+    corpus = load_corpus(settings.data, settings.seed)
+    tokenizer = (get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
+                 if settings.features == "wordpiece" else None)
+    result = tfidf_baseline(corpus, settings.features, tokenizer, settings.data.max_length, settings.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
+    name = f"tfidf-{settings.features}"
+    splits = {split: split_report(run_dir, split, getattr(corpus, split).labels, result.predictions[split],
+                                  result.losses[split], corpus.class_names, f"{name} on {corpus.name}")
+              for split in ("val", "test")}
+    metrics = RunMetrics(model=name, pe=None, seed=settings.seed, dataset=corpus.name, splits=corpus.sources,
+                         train_samples=len(corpus.train), val=splits["val"], test=splits["test"],
+                         class_names=corpus.class_names, params=result.n_features * len(corpus.class_names),
+                         train_seconds=result.train_seconds, eval_seconds=0.0, epochs=0, best_epoch=None,
+                         stopped_early=False, interrupted_by=None, tokens_per_second=None,
+                         vocab_size=len(tokenizer) if tokenizer is not None else None, device="cpu", threads=1)
+    metrics.write(run_dir / "metrics.json")
+    log.info(f"{name} seed {settings.seed} on {corpus.name}: val accuracy {metrics.val.accuracy:.4f}  test accuracy "
+             f"{metrics.test.accuracy:.4f}  ({result.train_seconds:.1f}s)  ->  {run_dir}")
+    return metrics
+
+
+def tfidf_baseline(corpus: Corpus, features: str, tokenizer, max_length: int, seed: int) -> BaselineResult:
     """Fit on the training split, predict val and test."""
     if features == "wordpiece":
         def wordpieces(texts):  # ids without [CLS]/[SEP], truncated exactly as the attention models see them
-            return [ids[1:-1] for ids in encode(tokenizer, texts, max_length)]
+            return [ids[1:-1].tolist() for ids in encode(tokenizer, texts, max_length)]
 
         vectorizer = TfidfVectorizer(analyzer=lambda ids: ids, sublinear_tf=True)
         classifier = LogisticRegression(C=20.0, max_iter=5000)
         prepare = wordpieces
-    elif features == "words":
+    else:  # words
         vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
         classifier = LinearSVC(C=1.0, random_state=seed)
         prepare = list
-    else:
-        raise ValueError(f"features={features!r}; choose one of {FEATURES}")
     start = time.perf_counter()
     X_train = vectorizer.fit_transform(prepare(corpus.train.texts))
     classifier.fit(X_train, corpus.train.labels)

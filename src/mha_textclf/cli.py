@@ -1,5 +1,6 @@
-"""What the two Hydra entry points (`train`, `predict`) share: the schema registered with Hydra, the command line
-checked before Hydra composes it, and the composed config turned into typed settings.
+"""What the Hydra entry points (`train`, `predict`, scripts/baseline_tfidf.py) share: the schema registered with
+Hydra, the command line checked before Hydra composes it, the composed config turned into typed settings, a job's
+failures recorded in its run folder, and the end-of-sweep summary.
 
 Hydra refuses a misspelt key or a word where a number belongs with its own message, one mistake at a time, and
 accepts `+trainer.anything=...` silently. Checking the command line against the schema first lists every mistake in
@@ -11,20 +12,28 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pandas as pd
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType, ValueType
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mha_textclf import settings as schema
 from mha_textclf.errors import UserError
+from mha_textclf.summary import write_summary
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings}
+SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings}
+COMMANDS = {"train": "python -m train", "predict": "python -m predict", "baseline": "python scripts/baseline_tfidf.py"}
+GROUPS = {"train": ("model", "data", "experiment"), "predict": (), "baseline": ("data",)}  # the groups each one reads
 EXAMPLES = {
     "train": """\
   python -m train model=naive pe=true                 one run: a variant, with positional encoding
@@ -35,9 +44,14 @@ EXAMPLES = {
     "predict": """\
   python -m predict run_dir=outputs/runs/<run> text='["how are you","you how are"]'
   python -m predict run_dir=outputs/runs/<run> file=texts.txt out=predictions.csv""",
+    "baseline": """\
+  python scripts/baseline_tfidf.py                                   wordpiece features on bbc-news, seed 0
+  python scripts/baseline_tfidf.py -m features=wordpiece,words seed=0,1,2      six runs, summarised at the end
+  python scripts/baseline_tfidf.py data=reuters_r8 features=words    the same data settings as training""",
 }
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def register(app: str) -> None:
@@ -49,7 +63,9 @@ def register(app: str) -> None:
     store.store(name=f"{app}_schema", node=SCHEMAS[app])
     # The help page is a string.Template ($APP_CONFIG_GROUPS) inside an OmegaConf node (${...}): escape both.
     table = schema.help_table(SCHEMAS[app]).replace("$", "$$").replace("${", "\\${")
-    groups = "== Config groups (group=option) ==\n$APP_CONFIG_GROUPS\n" if app == "train" else ""
+    options = {group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) for group in GROUPS[app]}
+    groups = "".join(f"{group}: {', '.join(names)}\n" for group, names in options.items())
+    groups = f"== Config groups (group=option) ==\n{groups}\n" if groups else ""
     template = (f"{SCHEMAS[app].__doc__}\n\n{groups}== Settings (key=value; default; meaning) ==\n{table}\n\n"
                 f"== Examples ==\n{EXAMPLES[app]}\n\n"
                 "Mistakes are listed together with what to change, and exit with code 2. "
@@ -189,6 +205,49 @@ def _message(found: list[str]) -> str:
     return "\n  ".join([head, *found])
 
 
+def run_job(job: Callable[[Path], T]) -> T | None:
+    """Run one Hydra job, `job(run_dir)`, so that a failure is reported once and recorded where the run is.
+
+    Bad input (UserError): its message, error.txt in the run folder, exit 2. Anything else: the traceback, and
+    error.txt too. In a sweep a failed job must not take the others down: Hydra would re-raise only after the last
+    job and skip the end-of-sweep summary, so a failed job returns None and the summary lists it.
+    """
+    hydra_cfg = HydraConfig.get()
+    run_dir, in_sweep = Path(hydra_cfg.runtime.output_dir), hydra_cfg.mode == RunMode.MULTIRUN
+    try:
+        return job(run_dir)
+    except UserError as e:
+        log.error(str(e))
+        (run_dir / "error.txt").write_text(str(e) + "\n")
+        if not in_sweep:
+            sys.exit(2)
+    except KeyboardInterrupt:
+        if in_sweep:
+            raise  # Ctrl-C stops the whole sweep
+        log.error("interrupted before there was anything to report (or a second time): stopped")
+        sys.exit(130)
+    except Exception as e:
+        (run_dir / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
+        if not in_sweep:
+            raise
+        log.exception("job failed")  # the traceback goes to this job's log file
+    return None
+
+
+class SweepSummary(Callback):
+    """At the end of a multirun, write summary.csv/.md and the comparison plots into the sweep folder."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        paths = write_summary(folder)
+        runs = pd.read_csv(paths["summary.csv"])
+        log.info(f"sweep summary: {paths['summary.md']}\n{paths['summary.md'].read_text()}")
+        failed = runs[runs["status"] == "failed"]
+        if len(failed):
+            log.error(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(failed['run_dir'])} (see error.txt)")
+            sys.exit(1)
+
+
 def report(app: str, found: list[str]) -> None:
-    print(f"{_message(found)}\nEvery setting, its default and meaning: python -m {app} --help", file=sys.stderr)
+    print(f"{_message(found)}\nEvery setting, its default and meaning: {COMMANDS[app]} --help", file=sys.stderr)
     sys.exit(2)
