@@ -47,7 +47,7 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
     np.testing.assert_allclose(probabilities.sum(axis=1), 1, atol=1e-5)
     # The model's own forward pass, one text at a time (no padding involved).
     for text, row in zip(PROBES, probabilities, strict=True):
-        ids = torch.tensor(encode(run.tokenizer, [text], 512))
+        ids = torch.as_tensor(encode(run.tokenizer, [text], 512)[0], dtype=torch.long)[None]
         with torch.no_grad():
             expected = run.model(ids).softmax(-1)[0].numpy()
         np.testing.assert_allclose(row, expected, atol=1e-6)
