@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mha_textclf.attention import VARIANTS
-from mha_textclf.model import ModelConfig, SinusoidalPositionalEncoding, TextClassifier
+from mha_textclf.model import ModelConfig, SinusoidalPositionalEncoding, TextClassifier, visible_tokens
 
 CLS, SEP, PAD = 2, 3, 0
 
@@ -139,3 +139,48 @@ def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
     moved = (model.embedding.weight.detach()[[CLS, 7, 9]] - weight[[CLS, 7, 9]]) * model.embedding_scale
     torch.testing.assert_close(moved.abs(), torch.full_like(moved, 8e-3), atol=1e-4, rtol=0)
     assert model.embedding.weight.detach()[11].equal(weight[11])  # an unseen token does not move
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("pe", [False, True])
+@pytest.mark.parametrize("cls_only", [False, True])
+@pytest.mark.parametrize("token_dropout", [0.0, 0.6])
+def test_compaction_gives_the_masked_logits_and_gradients(variant, pe, cls_only, token_dropout):
+    """Attending over the visible tokens only equals the masked computation over all of them, in training."""
+    ids, mask = batch([30, 3, 17, 9], T=32)  # texts of very different lengths, and padding
+    models = {}
+    for compact in (False, True):
+        models[compact] = build(variant, pe, cls_only=cls_only, token_dropout=token_dropout).train()
+        models[compact].compact = compact
+    logits = {}
+    for compact, model in models.items():
+        torch.manual_seed(11)  # token dropout hides the same tokens in both
+        logits[compact] = model(ids, mask)
+    torch.testing.assert_close(logits[True], logits[False], atol=1e-5, rtol=1e-5)
+    upstream = torch.randn_like(logits[False])
+    for compact in models:
+        (logits[compact] * upstream).sum().backward()
+    for (name, masked), (_, compacted) in zip(models[False].named_parameters(), models[True].named_parameters(),
+                                              strict=True):
+        torch.testing.assert_close(compacted.grad, masked.grad, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("pe", [False, True])
+def test_evaluation_takes_the_cls_query_over_visible_tokens_with_the_same_logits(variant, pe):
+    model = build(variant, pe).eval()
+    ids, mask = batch([30, 3, 17, 9], T=32)
+    full, _ = model.forward_with_weights(ids, mask, need_weights=True)  # every query, every key, padding masked
+    torch.testing.assert_close(model(ids, mask), full, atol=1e-5, rtol=1e-5)
+
+
+def test_visible_tokens_keep_order_and_positions():
+    ids = torch.tensor([[2, 11, 12, 13, 3], [2, 21, 3, 0, 0]])
+    mask = torch.tensor([[False, True, False, True, False], [False, False, False, True, True]])
+    kept, positions, new_mask = visible_tokens(ids, mask)
+    assert kept.tolist() == [[2, 12, 3], [2, 21, 3]] and positions.tolist() == [[0, 2, 4], [0, 1, 2]]
+    assert new_mask.tolist() == [[False] * 3, [False] * 3]
+    kept, positions, new_mask = visible_tokens(ids[:, :4], torch.tensor([[False, True, True, True],
+                                                                          [False, False, True, True]]))
+    assert kept[0, 0] == 2 and positions[1].tolist() == [0, 1] and new_mask.tolist() == [[False, True],
+                                                                                           [False, False]]

@@ -44,10 +44,22 @@ class SinusoidalPositionalEncoding(nn.Module):
         # A function of the config, not learned: recomputed on load rather than stored in checkpoints.
         self.register_buffer("pe", pe, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        T = x.size(1)
-        assert self.pe.size(0) >= T, f"{T} tokens, but the positional encoding covers {self.pe.size(0)}"
-        return x + self.pe[:T]  # (B, T, C) + (T, C)
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """x plus the encoding of each token's position: 0..T-1, or `positions` (B, T) when tokens were gathered."""
+        if positions is None:
+            return x + self.pe[: x.size(1)]  # (B, T, C) + (T, C)
+        return x + self.pe[positions]  # (B, T, C) + (B, T, C)
+
+
+def visible_tokens(input_ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each text's visible tokens (mask False) moved to the front, in text order, cut to the longest count:
+    token ids, their positions in the text, and the new mask (True = padding), each (B, Tv)."""
+    counts = (~mask).sum(dim=1)  # (B,)
+    Tv = int(counts.max())
+    # A stable sort of each row's mask (False before True) lists its visible positions first, in text order.
+    positions = torch.sort(mask.to(torch.uint8), dim=1, stable=True).indices[:, :Tv]  # (B, T) -> (B, Tv)
+    visible_mask = torch.arange(Tv, device=mask.device)[None, :] >= counts[:, None]  # (Tv,) vs (B, 1) -> (B, Tv)
+    return input_ids.gather(1, positions), positions, visible_mask
 
 
 class TextClassifier(nn.Module):
@@ -76,6 +88,9 @@ class TextClassifier(nn.Module):
         self.classifier = nn.Sequential(
             nn.Linear(C, config.mlp_hidden), nn.ReLU(), nn.Linear(config.mlp_hidden, config.n_classes)
         )
+        # Attend over the visible tokens only (see forward_with_weights). The masked computation it replaces stays
+        # reachable for the tests that prove the two equal, and for measuring what compaction saves.
+        self.compact = True
 
     def forward(self, input_ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """Logits (B, n_classes) for token ids (B, T); padding_mask (B, T) is True at padding."""
@@ -84,15 +99,10 @@ class TextClassifier(nn.Module):
     def forward_with_weights(self, input_ids: Tensor, padding_mask: Tensor | None = None,
                              need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
         """Logits and, when asked, the attention weights (B, nh, T, T)."""
-        x = self.embedding(input_ids) * self.embedding_scale  # (B, T, C)
         if self.positional is not None:
-            x = self.positional(x)
-        x = self.embedding_dropout(x)  # zeroes random embedding entries while training (and rescales the rest)
-        # The classifier reads only the [CLS] output, and with a single attention layer that output depends only
-        # on the [CLS] query: the other T-1 query rows are wasted work. cls_only computes that one row, O(T) instead
-        # of O(T²), with the same logits and gradients (attention dropout, if on, then draws a (B, nh, 1, T) mask
-        # instead of (B, nh, T, T): same distribution, other numbers). Full maps are still computed when asked for.
-        query = x[:, :1] if self.config.cls_only and not need_weights else x  # (B, 1, C) or (B, T, C)
+            T, covered = input_ids.size(1), self.positional.pe.size(0)
+            assert covered >= T, f"{T} tokens, but the positional encoding covers {covered}"
+        mask = padding_mask  # (B, T), True = no query may see this token
         if self.training and self.config.token_dropout > 0:
             # Word dropout (Iyyer et al., 2015): each text is seen as a random subset of its tokens, so the
             # classifier cannot lean on a few memorised ones. Hidden like padding, from every query alike, so
@@ -100,9 +110,27 @@ class TextClassifier(nn.Module):
             # texts: at p=0.75 a 3-word text loses every word 42% of the time.
             hidden = torch.rand(input_ids.shape, device=input_ids.device) < self.config.token_dropout  # (B, T)
             hidden[:, 0] = False
-            padding_mask = hidden if padding_mask is None else padding_mask | hidden
+            mask = hidden if mask is None else mask | hidden
+        positions = None
+        if self.compact and mask is not None and not need_weights:
+            # A hidden or padding token is a key with weight exactly 0, and the classifier reads no query but
+            # [CLS]: dropping those tokens before attention changes no logit and no gradient, only the work, which
+            # falls from T² to Tv² per text (Tv: the visible tokens; at token dropout 0.75, a quarter of them).
+            # Embedding and positional encoding keep each token's place in the text.
+            input_ids, positions, mask = visible_tokens(input_ids, mask)  # (B, Tv) each
+        x = self.embedding(input_ids) * self.embedding_scale  # (B, T, C)
+        if self.positional is not None:
+            x = self.positional(x, positions)
+        x = self.embedding_dropout(x)  # zeroes random embedding entries while training (and rescales the rest)
+        # The classifier reads only the [CLS] output, and with a single attention layer that output depends only
+        # on the [CLS] query: the other T-1 query rows are wasted work. cls_only computes that one row, O(T) instead
+        # of O(T²), with the same logits and gradients (attention dropout, if on, then draws a (B, nh, 1, T) mask
+        # instead of (B, nh, T, T): same distribution, other numbers). Evaluation, which has no dropout, always
+        # takes that shortcut. Full maps are still computed when asked for.
+        cls_query = (self.config.cls_only or not self.training) and not need_weights
+        query = x[:, :1] if cls_query else x  # (B, 1, C) or (B, T, C)
         # Self-attention with a key-padding mask: no token, [CLS] included, may attend to padding.
-        y, weights = self.attention(query, x, x, key_padding_mask=padding_mask, need_weights=need_weights)
+        y, weights = self.attention(query, x, x, key_padding_mask=mask, need_weights=need_weights)
         # [CLS] sits at position 0 of every sequence: its attention output summarises the text.
         return self.classifier(self.mlp_dropout(y[:, 0])), weights  # (B, C) -> (B, n_classes)
 
