@@ -236,6 +236,17 @@ def test_length_grouped_batches_cover_everything_once_with_less_padding():
     assert grouped_padding < plain_padding / 2
 
 
+def test_evaluation_batches_sorted_by_length_cover_everything_once_with_little_padding():
+    lengths = torch.randint(5, 500, (100,), generator=torch.Generator().manual_seed(1)).tolist()
+    ids, labels = [[1] * n for n in lengths], list(range(100))
+    sorted_batches = [(b["labels"].tolist(), int(b["padding_mask"].sum()))
+                      for b in make_loader(ids, labels, 8, 0, group_by_length=True)]
+    assert sorted(i for batch, _ in sorted_batches for i in batch) == labels
+    assert [lengths[i] for batch, _ in sorted_batches for i in batch] == sorted(lengths)
+    plain = sum(int(b["padding_mask"].sum()) for b in make_loader(ids, labels, 8, 0))
+    assert sum(p for _, p in sorted_batches) < plain / 5
+
+
 def test_an_unreachable_hub_is_said_at_once_with_what_to_do(monkeypatch):
     import datasets
     import huggingface_hub

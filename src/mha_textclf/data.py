@@ -360,12 +360,19 @@ def make_loader(
     input_ids: list[Sequence[int]], labels: list[int], batch_size: int, pad_id: int, shuffle: bool = False,
     seed: int = 0, pin_memory: bool = False, group_by_length: bool = False,
 ) -> DataLoader:
-    """Batches of {input_ids, padding_mask, labels}; shuffled (optionally grouped by length) for training."""
+    """Batches of {input_ids, padding_mask, labels}: shuffled for training (and with `group_by_length`, batches of
+    similar lengths in a random order); for evaluation in the data's order, or with `group_by_length` sorted by
+    length (only the order of the predictions changes, no metric does)."""
     # A seeded generator of our own makes the batch order a function of `seed` alone (and is saved for resume).
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     dataset = TokenizedDataset(input_ids, labels)
     common = {"collate_fn": lambda batch: collate(batch, pad_id), "pin_memory": pin_memory, "generator": generator}
-    if shuffle and group_by_length:
-        sampler = LengthGroupedSampler([len(ids) for ids in input_ids], batch_size, generator)
+    if group_by_length:
+        lengths = [len(ids) for ids in input_ids]
+        if shuffle:
+            sampler = LengthGroupedSampler(lengths, batch_size, generator)
+        else:
+            order = sorted(range(len(lengths)), key=lengths.__getitem__)
+            sampler = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         return DataLoader(dataset, batch_sampler=sampler, **common)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, **common)

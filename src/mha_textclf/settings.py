@@ -78,8 +78,8 @@ class DataSettings:
     max_train_samples: int | None = setting(None, "subsample the training split (quick runs); val/test shrink in "
                                                   "proportion unless max_eval_samples is set", gt=0)
     max_eval_samples: int | None = setting(None, "cap the validation and test splits at this many texts", gt=0)
-    group_by_length: bool = setting(False, "batch training texts of similar length together (less padding), in a "
-                                           "seeded random order")
+    group_by_length: bool = setting(True, "batch texts of similar length together, so that batches pad little: for "
+                                          "training in a seeded random order, for evaluation sorted")
 
 
 @dataclass
@@ -138,6 +138,9 @@ class TrainSettings:
     seed: int = setting(0, "seeds the validation split, weight init, batch order and dropout", ge=0, lt=2**32)
     device: str = setting("auto", "auto (CUDA when available) | cpu | cuda | cuda:N")
     resume: str | None = setting(None, "a run folder to continue from its last.pt, into a new run folder")
+    time_to_accuracy: list[float] = setting(help="validation accuracies whose first arrival (in training seconds) "
+                                                 "metrics.json and the summaries report",
+                                            factory=lambda: [0.85, 0.9, 0.95])
 
 
 @dataclass
@@ -274,6 +277,8 @@ def _train_rules(s: TrainSettings) -> list[str]:
                      f"each head gets d_model // n_heads dimensions (choose among {divisors[:12]}).")
     if s.pe and s.model.d_model % 2:
         found.append(f"pe=true needs an even model.d_model (sin/cos pairs), got {s.model.d_model}.")
+    if not all(0 < level <= 1 for level in s.time_to_accuracy):
+        found.append(f"time_to_accuracy={show(s.time_to_accuracy)}: accuracies lie in (0,1], e.g. [0.9,0.95].")
     columns = s.data.text_column
     if not (isinstance(columns, str) or (isinstance(columns, list) and columns
                                          and all(isinstance(c, str) for c in columns))):

@@ -74,7 +74,7 @@ def balanced_class_weights(labels: list[int], n_classes: int) -> torch.Tensor:
     return torch.tensor(weights, dtype=torch.float32)
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all, not just no gradients
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32",
              class_weights: torch.Tensor | None = None) -> Evaluation:
     """Mean cross-entropy (class-weighted, when weights are given, as in training), with labels and argmax
