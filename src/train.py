@@ -42,6 +42,7 @@ from mha_textclf.reports import (
     plot_loss_curve,
     slug,
     split_report,
+    time_to_accuracy,
     write_json,
 )
 from mha_textclf.settings import TrainSettings
@@ -60,7 +61,7 @@ log = logging.getLogger("train")
 
 # Settings a resumed run may change: where things are and how long to train, never what is trained.
 RESUMABLE_CHANGES = {"resume", "trainer.epochs", "device", "trainer.num_threads", "data.path", "tokenizer.cache_dir",
-                     "probes.attention", "probes.order"}
+                     "probes.attention", "probes.order", "time_to_accuracy"}
 
 
 def main() -> None:
@@ -266,6 +267,7 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         best_epoch=result.best_epoch, stopped_early=result.stopped_early, interrupted_by=stop.signal,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
         vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
+        time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),
         stages=dict(stage_record))
     metrics.write(run_dir / "metrics.json")
     return metrics

@@ -76,7 +76,7 @@ def settings_for(*overrides: str, app: str = "train"):
     """The typed settings `python -m <app> <overrides>` would run with (problems raise UserError)."""
     from mha_textclf import cli
 
-    return cli.to_settings(compose_config(overrides, app))
+    return cli.compose_settings(app, overrides)
 
 
 def train_in_process(run_dir: Path, *overrides: str, data_dir: Path):

@@ -3,7 +3,7 @@
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from mha_textclf.reports import plot_confusion_matrix, plot_loss_curve
+from mha_textclf.reports import plot_confusion_matrix, plot_loss_curve, time_to_accuracy
 
 HISTORY = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": abs(e - 2) + 0.5} for e in (1, 2, 3)]
 
@@ -40,3 +40,9 @@ def test_a_confusion_matrix_of_many_classes_stays_readable():
     assert [t.get_text() for t in ax.get_xticklabels()] == names
     assert figure.get_size_inches()[1] >= 0.35 * 25  # room for 25 rows of labels
     assert not ax.texts  # no 625 numbers crammed into the cells
+
+
+def test_time_to_accuracy_is_the_training_time_of_the_first_epoch_to_reach_it():
+    history = [{"val_accuracy": a, "elapsed_train_seconds": s} for a, s in ((0.80, 2.0), (0.91, 4.0), (0.89, 6.0),
+                                                                            (0.96, 8.0))]
+    assert time_to_accuracy(history, [0.85, 0.9, 0.95, 0.99]) == {"0.85": 4.0, "0.9": 4.0, "0.95": 8.0, "0.99": None}

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO, compose_config, require, run_train, write_jsonl
 from mha_textclf.reports import RunMetrics, SplitMetrics
-from mha_textclf.summary import groups_table, plot_loss_curves, runs_table
+from mha_textclf.summary import groups_table, plot_loss_curves, runs_table, write_summary
 from mha_textclf.tokenizer import load_tokenizer
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
@@ -182,3 +182,18 @@ def test_a_failed_single_run_shows_its_error_in_the_summary(tmp_path):
     (run / "error.txt").write_text("The train split of 'x' has a single class; a classifier needs at least two.\n")
     runs = runs_table(tmp_path)
     assert runs["status"].tolist() == ["failed"] and "has a single class" in runs["error"].iloc[0]
+
+
+def test_time_to_accuracy_per_run_and_per_group(tmp_path):
+    for seed, seconds in enumerate([{"0.85": 4.0, "0.9": 8.0}, {"0.85": 6.0, "0.9": None}]):
+        fake_run(tmp_path / f"{seed}_run", seed=seed)
+        metrics = RunMetrics.read(tmp_path / f"{seed}_run" / "metrics.json")
+        metrics.time_to_accuracy = seconds
+        metrics.write(tmp_path / f"{seed}_run" / "metrics.json")
+    runs = runs_table(tmp_path)
+    assert runs["seconds_to_0.9"].isna().tolist() == [False, True]
+    groups = groups_table(runs)
+    assert groups["seconds_to_0.85_mean"].item() == 5.0 and groups["seconds_to_0.9_count"].item() == 1
+    text = (tmp_path / "summary.md")
+    write_summary(tmp_path)
+    assert "| 5.0 ± 1.4 | 8.0 (1 of 2 runs) |" in text.read_text()

@@ -60,6 +60,9 @@ def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
     assert rows[-1]["elapsed_train_seconds"] == pytest.approx(sum(r["train_seconds"] for r in rows))
     assert metrics.train_seconds == pytest.approx(rows[-1]["elapsed_train_seconds"])
     assert metrics.eval_seconds == pytest.approx(sum(r["eval_seconds"] for r in rows))
+    assert metrics.time_to_accuracy == {  # the first epoch at each level, in training seconds
+        f"{level:g}": next((r["elapsed_train_seconds"] for r in rows if r["val_accuracy"] >= level), None)
+        for level in (0.85, 0.9, 0.95)}
     best = min(rows, key=lambda r: r["val_loss"])  # reports come from the epoch with the lowest validation loss
     assert metrics.best_epoch == best["epoch"] and best["val_accuracy"] == pytest.approx(metrics.val.accuracy)
     report = json.loads((run_dir / "classification_report_test.json").read_text())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -172,6 +172,16 @@ def _composed_problems(config_name: str, overrides: list[Override], multirun: bo
     except Exception:
         pass  # e.g. model=transformer: Hydra's own message lists the available options
     return found
+
+
+def compose_settings(app: str, overrides: Sequence[str] = ()) -> Any:
+    """The typed settings `python -m <app> <overrides>` runs with, composed in-process from the real configs (for
+    tests, scripts and the hyperparameter search); a UserError lists every problem."""
+    from hydra import compose, initialize_config_dir
+
+    register(app)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return to_settings(compose(app, overrides=list(overrides)))
 
 
 def settings_problems(cfg: DictConfig) -> tuple[Any, list[str]]:

@@ -74,6 +74,8 @@ class RunMetrics:
     vocab_size: int | None
     device: str
     threads: int
+    # Training seconds (validation excluded) until validation accuracy first reached each level; None: never.
+    time_to_accuracy: dict[str, float | None] = field(default_factory=dict)
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds and peak memory (MB) of each stage
     finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     versions: dict[str, str] = field(default_factory=lambda: library_versions())
@@ -88,6 +90,13 @@ class RunMetrics:
         if not isinstance(data, dict) or data.get("format") != METRICS_FORMAT:
             raise ValueError(f"{path} is not a {METRICS_FORMAT} file (written by an older version?)")
         return cls(**data | {split: SplitMetrics(**data[split]) for split in ("val", "test")})
+
+
+def time_to_accuracy(history: list[dict], levels: list[float]) -> dict[str, float | None]:
+    """For each level, the training seconds (elapsed_train_seconds) at the end of the first epoch whose validation
+    accuracy reached it, or None if none did: how fast a variant learns, not only how fast it steps."""
+    return {f"{level:g}": next((row["elapsed_train_seconds"] for row in history if row["val_accuracy"] >= level),
+                               None) for level in levels}
 
 
 def split_report(run_dir: Path, split: str, labels: list[int], predictions: list[int], loss: float | None,

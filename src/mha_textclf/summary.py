@@ -37,7 +37,9 @@ def _job_number(run_dir: Path) -> int:
 
 # Settings that are already columns, or that say where things are or how fast to go rather than what was trained.
 NOT_SETTINGS = {"model.attention", "pe", "seed", "data.path", "tokenizer.cache_dir", "resume", "trainer.num_threads",
-                "device"}  # the device a run used is in metrics.json
+                "device",  # the device a run used is in metrics.json
+                "probes.attention", "probes.order", "time_to_accuracy"}  # what is reported, not what is trained
+SECONDS_TO = "seconds_to_"  # + a validation accuracy level: a column of training seconds until it was first reached
 
 
 def run_settings(run_dir: Path) -> dict[str, object]:
@@ -84,7 +86,8 @@ def run_row(run_dir: Path, root: Path) -> dict:
         "test_accuracy": m.test.accuracy, "test_macro_f1": m.test.macro_f1,
         "epochs": m.epochs, "train_seconds": m.train_seconds, "median_epoch_seconds": epoch_seconds.median(),
         "tokens_per_second": m.tokens_per_second, "params": m.params, "device": m.device,
-    }
+    } | {f"{SECONDS_TO}{level}": math.nan if seconds is None else seconds
+         for level, seconds in m.time_to_accuracy.items()}
 
 
 def runs_table(folder: Path) -> pd.DataFrame:
@@ -96,7 +99,9 @@ def runs_table(folder: Path) -> pd.DataFrame:
     keys = sorted({k for s in settings for k in s})
     # A key varies when the runs that have it disagree (a baseline has no model.d_model: that is no difference).
     varying = [k for k in keys if len({str(s[k]) for s in settings if k in s}) > 1]
-    table = pd.DataFrame(rows, columns=[*RUN_COLUMNS, "error"])
+    levels = sorted({k for row in rows for k in row if k.startswith(SECONDS_TO)},
+                    key=lambda k: float(k.removeprefix(SECONDS_TO)))
+    table = pd.DataFrame(rows, columns=[*RUN_COLUMNS, *levels, "error"])
     for position, key in enumerate(varying, start=RUN_COLUMNS.index("seed") + 1):
         table.insert(position, key, [str(s[key]) if key in s else "" for s in settings])
     return table
@@ -104,7 +109,12 @@ def runs_table(folder: Path) -> pd.DataFrame:
 
 def setting_columns(runs: pd.DataFrame) -> list[str]:
     """The columns `runs_table` added for overrides that vary across runs."""
-    return [c for c in runs.columns if c not in RUN_COLUMNS and c != "error"]
+    return [c for c in runs.columns if c not in RUN_COLUMNS and c != "error" and not c.startswith(SECONDS_TO)]
+
+
+def time_columns(runs: pd.DataFrame) -> list[str]:
+    """The seconds_to_<level> columns, lowest level first."""
+    return [c for c in runs.columns if c.startswith(SECONDS_TO)]
 
 
 def groups_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -116,8 +126,10 @@ def groups_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     done["pe"] = done["pe"].map(str)  # "None" for baselines, so that they group too
     grouped = done.groupby(["dataset", "model", "pe", *setting_columns(runs)], sort=True, dropna=False)
-    table = grouped[GROUP_METRICS].agg(["mean", "std"])
+    # Time to an accuracy: mean ± std over the runs that reached it, and how many did.
+    table = grouped[GROUP_METRICS + time_columns(runs)].agg(["mean", "std", "count"])
     table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
+    table = table.drop(columns=[c for c in table.columns if c.endswith("_count") and SECONDS_TO not in c])
     table.insert(0, "runs", grouped.size())
     table = table.reset_index()
     fastest = table.groupby("dataset", dropna=False)["median_epoch_seconds_mean"].transform("min")
@@ -147,7 +159,7 @@ def summary_markdown(runs: pd.DataFrame, groups: pd.DataFrame) -> str:
     shown = runs.drop(columns=["error"]).copy()
     for column in ("val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1"):
         shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
-    for column in ("train_seconds", "median_epoch_seconds"):
+    for column in ("train_seconds", "median_epoch_seconds", *time_columns(runs)):
         shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
     shown["tokens_per_second"] = shown["tokens_per_second"].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}")
     parts += ["## Runs", "", markdown_table(shown), ""]
@@ -163,6 +175,13 @@ def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
         return pd.Series([f"{m:{fmt}}" if pd.isna(s) else f"{m:{fmt}} ± {s:{fmt}}"
                           for m, s in zip(groups[f"{metric}_mean"], groups[f"{metric}_std"], strict=True)])
 
+    def reached(column: str) -> pd.Series:
+        text, counts = pm(column, ".1f"), groups[f"{column}_count"]
+        return pd.Series(["not reached" if k == 0 else text[i] + ("" if k == runs else f" ({k} of {runs} runs)")
+                          for i, (k, runs) in enumerate(zip(counts, groups["runs"], strict=True))])
+
+    levels = [c.removesuffix("_count") for c in groups.columns if c.startswith(SECONDS_TO) and c.endswith("_count")]
+    times = {f"s to val acc {c.removeprefix(SECONDS_TO)}": reached(c) for c in levels}
     settings = {c: groups[c] for c in settings}
     return pd.DataFrame({
         "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"], **settings,
@@ -170,7 +189,7 @@ def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
         "val accuracy": pm("val_accuracy", ".4f"), "test accuracy": pm("test_accuracy", ".4f"),
         "val macro-F1": pm("val_macro_f1", ".4f"), "test macro-F1": pm("test_macro_f1", ".4f"),
         "train s": pm("train_seconds", ".1f"), "median epoch s": pm("median_epoch_seconds", ".2f"),
-        "epoch time vs fastest": groups["epoch_time_vs_fastest"].map(lambda v: f"{v:.2f}×"),
+        "epoch time vs fastest": groups["epoch_time_vs_fastest"].map(lambda v: f"{v:.2f}×"), **times,
     })
 
 
