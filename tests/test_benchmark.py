@@ -1,5 +1,6 @@
 """The benchmark runs end to end in its quick form, and counts FLOPs the way its report claims."""
 
+import os
 import subprocess
 import sys
 
@@ -33,3 +34,13 @@ def test_quick_benchmark_writes_measurements_ratios_and_plot(tmp_path):
     assert {"efficient/torch (full)", "naive/efficient (full)", "full/cls_only (efficient)"} <= set(ratios.columns)
     assert (tmp_path / "benchmark.png").stat().st_size > 0
     assert "ratios (time)" in result.stdout and "% of matmul peak" in result.stdout
+
+
+@pytest.mark.slow
+def test_profile_step_compares_the_masked_and_the_compacted_step(data_dir):
+    result = subprocess.run([sys.executable, "scripts/profile_step.py", "experiment=smoke", "trainer.batch_size=4"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env=os.environ | {"BBC_NEWS_PATH": str(data_dir)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "## masked (every token):" in result.stdout and "## compacted (visible tokens only):" in result.stdout
+    assert result.stdout.count("| operator | calls per step | self ms per step | share |") == 2

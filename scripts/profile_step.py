@@ -1,0 +1,73 @@
+"""Where a training step's time goes, by operator (torch.profiler): the masked computation over every token, and
+attention over the visible tokens only (compaction, the default), side by side on the same batches.
+
+    python scripts/profile_step.py                          # bbc-news, the defaults (model=efficient)
+    python scripts/profile_step.py model=naive pe=true      # any training setting, as for python -m train
+
+Prints, for each, the milliseconds per step and the operators that take the most of it, as Markdown.
+"""
+
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from mha_textclf import cli
+from mha_textclf.data import load_corpus, make_loader
+from mha_textclf.model import ModelConfig, TextClassifier
+from mha_textclf.tokenizer import encode, get_tokenizer
+from mha_textclf.training import seed_everything
+
+STEPS, WARMUP = 8, 2
+
+
+def step(model: TextClassifier, optimizer: torch.optim.Optimizer, batch: dict) -> None:
+    """One training step, as training.fit takes it (without its schedule and bookkeeping)."""
+    loss = F.cross_entropy(model(batch["input_ids"], batch["padding_mask"]), batch["labels"])
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def main(argv: list[str]) -> int:
+    settings = cli.compose_settings("train", argv)
+    seed_everything(settings.seed)
+    corpus = load_corpus(settings.data, settings.seed)
+    tokenizer = get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
+    loader = make_loader(encode(tokenizer, corpus.train.texts, settings.data.max_length), corpus.train.labels,
+                         settings.trainer.batch_size, tokenizer.pad_token_id, shuffle=True, seed=settings.seed,
+                         group_by_length=settings.data.group_by_length)
+    batches = [batch for _, batch in zip(range(STEPS + WARMUP), loader, strict=False)]
+    config = ModelConfig(**vars(settings.model), vocab_size=len(tokenizer), n_classes=len(corpus.class_names),
+                         pe=settings.pe, max_length=settings.data.max_length, pad_id=tokenizer.pad_token_id)
+    print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, token dropout "
+          f"{settings.model.token_dropout}, batch {settings.trainer.batch_size}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}\n")
+    for compact in (False, True):
+        torch.manual_seed(0)
+        model = TextClassifier(config).train()
+        model.compact = compact
+        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.trainer.lr)
+        for batch in batches[:WARMUP]:
+            step(model, optimizer, batch)
+        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+            start = time.perf_counter()
+            for batch in batches[WARMUP:]:
+                step(model, optimizer, batch)
+            per_step = (time.perf_counter() - start) / STEPS * 1e3
+        print(f"## {'compacted (visible tokens only)' if compact else 'masked (every token)'}: "
+              f"{per_step:.1f} ms per step (profiled)\n")
+        total = sum(e.self_cpu_time_total for e in profiler.key_averages())
+        rows = sorted(profiler.key_averages(), key=lambda e: -e.self_cpu_time_total)[:12]
+        print("| operator | calls per step | self ms per step | share |\n|---|---|---|---|")
+        for e in rows:
+            print(f"| `{e.key}` | {e.count // STEPS} | {e.self_cpu_time_total / 1e3 / STEPS:.1f} | "
+                  f"{100 * e.self_cpu_time_total / total:.0f}% |")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
