@@ -17,7 +17,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +26,7 @@ import hydra
 import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mha_textclf import cli
@@ -45,8 +46,9 @@ from mha_textclf.reports import (
     time_to_accuracy,
     write_json,
 )
-from mha_textclf.settings import TrainSettings
+from mha_textclf.settings import TrainSettings, flat
 from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
+from mha_textclf.tracking import open_trackers
 from mha_textclf.training import (
     FitResult,
     StopOnSignal,
@@ -75,7 +77,9 @@ def hydra_main(cfg: DictConfig) -> float | None:
     """One run (or sweep job): returns validation accuracy, for sweepers."""
     hydra_cfg = HydraConfig.get()
     overrides, threads = list(hydra_cfg.overrides.task), launcher_threads(hydra_cfg.launcher)
-    metrics = cli.run_job(lambda run_dir: train(cli.to_settings(cfg), run_dir, overrides, threads))
+    # The jobs of one sweep share one MLflow experiment, named after the sweep's folder.
+    sweep = f"sweep {Path(hydra_cfg.sweep.dir).name}" if hydra_cfg.mode == RunMode.MULTIRUN else None
+    metrics = cli.run_job(lambda run_dir: train(cli.to_settings(cfg), run_dir, overrides, threads, sweep))
     if metrics is None:
         return None
     if metrics.interrupted_by:
@@ -97,17 +101,20 @@ def launcher_threads(launcher: DictConfig) -> int | None:
     return None
 
 
-def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (), threads: int | None = None
-          ) -> RunMetrics:
+def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (), threads: int | None = None,
+          sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None) -> RunMetrics:
     """Train, evaluate on val and test, and write the run folder `run_dir` (see README, "What a run leaves behind").
 
     `overrides` are the command-line settings, recorded so that an interrupted run can say how to resume it;
-    `threads` is the launcher's share of the cores (trainer.num_threads wins).
+    `threads` is the launcher's share of the cores (trainer.num_threads wins); `sweep` names the sweep or study the
+    run belongs to (MLflow puts its runs in one experiment); `on_epoch_end(row)` runs once an epoch is on disk, and
+    stops training by returning true (the hyperparameter search prunes there).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
     device = resolve_device(settings.device)
     state = resume_state(settings)
+    trackers = open_trackers(settings.logger, run_dir, sweep)
     if settings.trainer.num_threads or threads:
         torch.set_num_threads(settings.trainer.num_threads or threads)
     seed_everything(settings.seed)
@@ -130,19 +137,37 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
     weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
                if settings.trainer.class_weights == "balanced" else None)
-    with StopOnSignal() as stop:
-        with stage("fit"):
-            result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
-                         state_path=run_dir / "last.pt", best_path=run_dir / "best.pt",
-                         class_names=corpus.class_names, class_weights=weights, resume_state=state,
-                         metadata=metadata, on_epoch_end=lambda row: append_history(run_dir / "history.csv", row))
-        with stage("reports"):
-            save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
-            metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
-                                    stage.record)
-            write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
+    trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
+                   {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
+                    "dataset": corpus.name} | ({"sweep": sweep} if sweep else {}))
+
+    def epoch_done(row: dict) -> bool | None:
+        append_history(run_dir / "history.csv", row)
+        trackers.log({"val/loss": row["val_loss"], "val/accuracy": row["val_accuracy"],
+                      "train/epoch_loss": row["train_loss"], "time/train_seconds": row["train_seconds"],
+                      "time/eval_seconds": row["eval_seconds"]}, step=row["epoch"])
+        return on_epoch_end(row)
+
+    try:
+        with StopOnSignal() as stop:
+            with stage("fit"):
+                result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
+                             state_path=run_dir / "last.pt", best_path=run_dir / "best.pt",
+                             class_names=corpus.class_names, class_weights=weights, resume_state=state,
+                             metadata=metadata, on_epoch_end=epoch_done,
+                             on_step=lambda step, values: trackers.log(
+                                 {"train/loss": values["loss"], "train/lr": values["lr"]}, step))
+            with stage("reports"):
+                save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
+                metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
+                                        stage.record)
+                write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
+    except BaseException:
+        trackers.finish({}, run_dir, "FAILED")
+        raise
     metrics.stages = stage.record  # now with the reports' own stage
     metrics.write(run_dir / "metrics.json")
+    trackers.finish(final_values(metrics), run_dir, "KILLED" if metrics.interrupted_by else "FINISHED")
 
     status = f"INTERRUPTED by {metrics.interrupted_by} after epoch {metrics.epochs}, " if metrics.interrupted_by else ""
     log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
@@ -150,6 +175,13 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     if metrics.interrupted_by:
         log.info(f"continue with: python -m train {shlex.join(metadata['overrides'])} resume={run_dir}")
     return metrics
+
+
+def final_values(metrics: RunMetrics) -> dict[str, float]:
+    """What trackers record of a finished run: the reported model's validation and test metrics, and its time."""
+    values = {f"final/{split}_{name}": value for split in ("val", "test")
+              for name, value in vars(getattr(metrics, split)).items() if isinstance(value, int | float)}
+    return values | {"final/train_seconds": metrics.train_seconds, "final/best_epoch": float(metrics.best_epoch or 0)}
 
 
 class Stages:
@@ -177,7 +209,7 @@ def resume_state(settings: TrainSettings) -> dict | None:
     if settings.resume is None:
         return None
     state = load_training_state(Path(settings.resume).expanduser() / "last.pt")
-    saved, now = _flatten(state["metadata"]["config"]), _flatten(asdict(settings))
+    saved, now = flat(state["metadata"]["config"]), flat(asdict(settings))
     changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
     if saved.get("trainer.epochs") != now.get("trainer.epochs") and now.get("trainer.schedule") != "constant":
         changed.append("trainer.epochs (a decaying learning-rate schedule is laid out over the original epochs)")
@@ -187,13 +219,6 @@ def resume_state(settings: TrainSettings) -> dict | None:
                         f"differ). Repeat its overrides: python -m train {original} resume={settings.resume}")
     log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
     return state
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out |= _flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
 
 
 def load_data(settings: TrainSettings) -> Corpus:

@@ -1,6 +1,7 @@
 """Shared fixtures: where the real data and the MiniLM tokenizer copy live, private caches, and the real configs
 composed and run in-process."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -18,6 +19,13 @@ def require(condition: bool, reason: str) -> None:
     """Skip where the resource is simply absent; in CI, where it must be present, fail instead of passing green."""
     if not condition:
         (pytest.fail if os.environ.get("CI") else pytest.skip)(reason)
+
+
+def optional(module: str, extra: str):
+    """An optional extra's module: skipped where it is simply not installed, a failure in CI, which installs it."""
+    if os.environ.get("CI"):
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f'the {extra} extra: pip install -e ".[{extra}]"')
 
 
 @pytest.fixture(scope="session")
@@ -79,11 +87,11 @@ def settings_for(*overrides: str, app: str = "train"):
     return cli.compose_settings(app, overrides)
 
 
-def train_in_process(run_dir: Path, *overrides: str, data_dir: Path):
+def train_in_process(run_dir: Path, *overrides: str, data_dir: Path, **kwargs):
     """`python -m train <overrides>` without a subprocess: the real configs, composed, then train() into run_dir."""
     from train import train
 
-    return train(settings_for(f"data.path={data_dir}", *overrides), run_dir, overrides=list(overrides))
+    return train(settings_for(f"data.path={data_dir}", *overrides), run_dir, overrides=list(overrides), **kwargs)
 
 
 def run_cli(module: str, *overrides: str, data_dir: Path | None = None,

@@ -117,6 +117,27 @@ class TrainerSettings:
 
 
 @dataclass
+class TensorBoardSettings:
+    subdir: str = setting("tensorboard", "the event files' folder inside the run folder")
+
+
+@dataclass
+class MLflowSettings:
+    tracking_uri: str | None = setting(None, "where MLflow records runs; null: $MLFLOW_TRACKING_URI, else "
+                                             "sqlite:///outputs/mlflow.db")
+    experiment: str | None = setting(None, "the MLflow experiment; null: the sweep's name for its jobs, else "
+                                           "mha-textclf")
+
+
+@dataclass
+class LoggerSettings:
+    """Chosen with logger=tensorboard|mlflow|many (configs/logger/); none by default."""
+
+    tensorboard: TensorBoardSettings | None = setting(None, "")
+    mlflow: MLflowSettings | None = setting(None, "")
+
+
+@dataclass
 class ProbeSettings:
     attention: list[str] = setting(help="sentences drawn as attention heatmaps (attention_<slug>.png)",
                                    factory=lambda: ["can you can that"])
@@ -134,6 +155,7 @@ class TrainSettings:
     tokenizer: TokenizerSettings = setting(help="", factory=TokenizerSettings)
     trainer: TrainerSettings = setting(help="", factory=TrainerSettings)
     probes: ProbeSettings = setting(help="", factory=ProbeSettings)
+    logger: LoggerSettings = setting(help="", factory=LoggerSettings)
     pe: bool = setting(False, "add sinusoidal positional encoding to the token embeddings")
     seed: int = setting(0, "seeds the validation split, weight init, batch order and dropout", ge=0, lt=2**32)
     device: str = setting("auto", "auto (CUDA when available) | cpu | cuda | cuda:N")
@@ -165,6 +187,29 @@ class BaselineSettings:
     seed: int = setting(0, "seeds the validation split, as in training", ge=0, lt=2**32)
 
 
+@dataclass
+class SearchSettings:
+    """python -m search: a hyperparameter search with Optuna over a space from configs/hparams_search/."""
+
+    study: str = setting(MISSING, "the study's name: its folder outputs/search/<study> and its record in storage")
+    storage: str | None = setting(None, "where the study is recorded; null: sqlite:///outputs/optuna.db. Run the "
+                                        "same command again to resume an interrupted study, with more n_trials to "
+                                        "extend it")
+    n_trials: int = setting(40, "finished (complete or pruned) trials the study should have", gt=0)
+    timeout_minutes: float | None = setting(None, "stop starting trials after this long; null: no limit", gt=0)
+    train: list[str] = setting(help="the training settings every trial shares, as on the train command line",
+                               factory=list)
+    params: dict[str, str] = setting(help="the space: a training setting and its range in Hydra's sweep syntax: "
+                                          "interval(a,b), int(interval(a,b)), tag(log,interval(a,b)), "
+                                          "range(a,b,step), choice(a,b)",
+                                     factory=dict)
+    pruning: bool = setting(True, "stop a trial whose validation loss, after warmup_epochs, is above the median "
+                                  "of the earlier trials' at the same epoch")
+    warmup_epochs: int = setting(2, "epochs every trial trains before it may be pruned", ge=0)
+    startup_trials: int = setting(5, "trials before pruning starts (the median needs some)", ge=0)
+    seed: int = setting(0, "seeds the sampler (TPE); the trials' own seed is a training setting", ge=0, lt=2**32)
+
+
 # Values the pipeline derives. They are model settings in the checkpoint (model.ModelConfig) but never on the
 # command line: each has one source, named here.
 DERIVED = {
@@ -180,12 +225,18 @@ def field_type(owner: type, name: str) -> Any:
     return typing.get_type_hints(owner)[name]
 
 
+def _dataclass_of(kind: Any) -> type | None:
+    """The settings dataclass a field holds (also when optional, as logger.mlflow), or None for a plain value."""
+    candidates = [kind, *typing.get_args(kind)]
+    return next((c for c in candidates if is_dataclass(c)), None)
+
+
 def _leaves(cls: type, prefix: str = "") -> dict[str, tuple[type, Any]]:
     """Every settable key (`trainer.lr`) with the dataclass that owns it and its field."""
     out = {}
     for f in fields(cls):
-        kind = field_type(cls, f.name)
-        if is_dataclass(kind):
+        kind = _dataclass_of(field_type(cls, f.name))
+        if kind is not None:
             out |= _leaves(kind, f"{prefix}{f.name}.")
         else:
             out[f"{prefix}{f.name}"] = (cls, f)
@@ -218,6 +269,14 @@ def lookup(cls: type, key: str) -> tuple[type, Any] | str:
         k for k in leaves if k.rpartition(".")[2] == name]  # lr=3e-3: the group left out
     return f"{key} is not a setting" + (f"; did you mean {' or '.join(close)}?" if close else
                                         f" (see --help for all {len(leaves)}).")
+
+
+def flat(config: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested settings (asdict) as flat keys: {"trainer": {"lr": 0.003}} -> {"trainer.lr": 0.003}."""
+    out = {}
+    for key, value in config.items():
+        out |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+    return out
 
 
 def describe_type(kind: Any) -> str:

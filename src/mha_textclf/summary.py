@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from mha_textclf.data import dataset_name
 from mha_textclf.reports import RunMetrics, whole_epochs
+from mha_textclf.settings import flat
 
 RUN_COLUMNS = ["dataset", "model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy",
                "test_macro_f1", "epochs", "train_seconds", "median_epoch_seconds", "tokens_per_second", "params",
@@ -44,18 +45,11 @@ SECONDS_TO = "seconds_to_"  # + a validation accuracy level: a column of trainin
 
 def run_settings(run_dir: Path) -> dict[str, object]:
     """The run's resolved settings, flattened (`trainer.lr`), from the config.yaml it wrote (Hydra's unresolved
-    .hydra/config.yaml for a run that failed before writing it); the keys above left out."""
+    .hydra/config.yaml for a run that failed before writing it); the keys above and where it logged left out."""
     path = run_dir / "config.yaml"
     path = path if path.exists() else run_dir / ".hydra" / "config.yaml"
     config = yaml.safe_load(path.read_text()) if path.exists() else {}
-    return {k: v for k, v in _flatten(config or {}).items() if k not in NOT_SETTINGS}
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out |= _flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
+    return {k: v for k, v in flat(config or {}).items() if k not in NOT_SETTINGS and not k.startswith("logger.")}
 
 
 def run_row(run_dir: Path, root: Path) -> dict:

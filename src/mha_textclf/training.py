@@ -156,13 +156,16 @@ def fit(
     device: torch.device, *, stop: StopOnSignal | None = None, state_path: Path | None = None,
     best_path: Path | None = None, class_names: list[str] | None = None, class_weights: torch.Tensor | None = None,
     resume_state: dict | None = None,
-    metadata: dict | None = None, on_epoch_end: Callable[[dict], None] = lambda row: None,
+    metadata: dict | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None,
+    on_step: Callable[[int, dict[str, float]], None] = lambda step, values: None,
 ) -> FitResult:
     """Train with AdamW, the configured schedule and regularisation; validate after every epoch.
 
     The model ends with the weights of the epoch with the lowest validation loss (saved to `best_path`, a checkpoint
     with `class_names`, whenever it improves); with `config.patience` training stops once that many epochs brought
-    no improvement. After each epoch `on_epoch_end(row)` runs and, with `state_path`, the whole training state
+    no improvement. After each optimiser step `on_step(step, {"loss", "lr"})` runs (steps counted over the whole
+    run), and after each epoch `on_epoch_end(row)` (a true return value stops training there, as patience would:
+    the hyperparameter search prunes this way) and, with `state_path`, the whole training state
     (model, optimiser, schedule, RNG states, early-stopping state, history, `metadata`) is saved there atomically:
     finished work is on disk before the next epoch. `resume_state` (a loaded state) continues after its epoch,
     reproducing the uninterrupted run exactly. Once `stop` has caught SIGINT/SIGTERM the current epoch is abandoned
@@ -203,7 +206,8 @@ def fit(
     # A caller that reports after training (train.py) holds `stop` across its reports too; alone, fit holds it.
     with nullcontext(stop) if stop is not None else StopOnSignal() as stop:
         for epoch in range(first_epoch, config.epochs + 1):
-            row = _train_epoch(model, train_loader, optimizer, scheduler, config, device, epoch, stop, class_weights)
+            row = _train_epoch(model, train_loader, optimizer, scheduler, config, device, epoch, stop, class_weights,
+                               on_step)
             if stop.signal:
                 return finish(interrupted=stop.signal)
             start = time.perf_counter()
@@ -219,7 +223,7 @@ def fit(
                      f"val_accuracy {val.accuracy:.4f}  lr {row['lr']:.2e}  (train {row['train_seconds']:.1f}s, "
                      f"val {row['eval_seconds']:.1f}s)" + ("  *best*" if improved else ""))
             history.append(row)
-            on_epoch_end(row)
+            asked_to_stop = on_epoch_end(row)
             if state_path is not None:
                 save_training_state(state_path, model=model, optimizer=optimizer, scheduler=scheduler,
                                     loader_generator=generator, epoch=epoch, history=history, best=best,
@@ -230,6 +234,9 @@ def fit(
                 log.info(f"early stop: no lower validation loss for {config.patience} epochs; best was epoch "
                          f"{best['epoch']} ({best['val_loss']:.4f})")
                 return finish(stopped_early=True)
+            if asked_to_stop and epoch < config.epochs:
+                log.info(f"stopped after epoch {epoch}, as the caller asked; best was epoch {best['epoch']}")
+                return finish(stopped_early=True)
     return finish()
 
 
@@ -238,8 +245,10 @@ def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, device, epoch: int,
-                 stop: StopOnSignal, class_weights: torch.Tensor | None = None) -> dict:
+                 stop: StopOnSignal, class_weights: torch.Tensor | None = None,
+                 on_step: Callable[[int, dict[str, float]], None] = lambda step, values: None) -> dict:
     model.train()
+    first_step = (epoch - 1) * len(loader)
     weights = None if class_weights is None else class_weights.to(device)
     start = time.perf_counter()
     total_loss, n_samples, n_tokens = 0.0, 0, 0
@@ -254,6 +263,7 @@ def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, d
         loss.backward()
         if config.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        step_lr = optimizer.param_groups[0]["lr"]
         optimizer.step()
         scheduler.step()
         value = loss.item()
@@ -266,6 +276,7 @@ def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, d
         n_samples += B
         n_tokens += int((~batch["padding_mask"]).sum())
         bar.set_postfix(loss=f"{value:.4f}")
+        on_step(first_step + step, {"loss": value, "lr": step_lr})
         if stop.signal:
             break
     if device.type == "cuda":

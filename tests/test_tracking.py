@@ -1,0 +1,92 @@
+"""TensorBoard and MLflow get what the run folder has, read back with their own readers and compared with
+history.csv and metrics.json."""
+
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import optional, train_in_process
+from mha_textclf.errors import UserError
+from mha_textclf.reports import RunMetrics
+
+optional("mlflow", "tracking")
+optional("tensorboard", "tracking")
+
+SMOKE = ["experiment=smoke", "trainer.epochs=3", "probes.attention=[]"]
+
+
+@pytest.fixture(scope="module")
+def tracked(data_dir, tmp_path_factory):
+    """One smoke run with both loggers, into a private MLflow store."""
+    root = tmp_path_factory.mktemp("tracked")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    metrics = train_in_process(root / "run", *SMOKE, "logger=many", f"logger.mlflow.tracking_uri={uri}",
+                               data_dir=data_dir)
+    return root / "run", uri, metrics
+
+
+@pytest.mark.slow
+def test_tensorboard_holds_every_step_and_epoch(tracked):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _, metrics = tracked
+    history = pd.read_csv(run_dir / "history.csv")
+    events = EventAccumulator(str(run_dir / "tensorboard")).Reload()
+    scalars = {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
+    assert [e.step for e in scalars["val/loss"]] == history["epoch"].tolist()
+    assert [e.value for e in scalars["val/loss"]] == pytest.approx(history["val_loss"].tolist(), rel=1e-6)
+    assert [e.value for e in scalars["val/accuracy"]] == pytest.approx(history["val_accuracy"].tolist(), rel=1e-6)
+    assert [e.value for e in scalars["time/train_seconds"]] == pytest.approx(history["train_seconds"].tolist())
+    steps = [e.step for e in scalars["train/loss"]]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) == 3 * 3  # 3 epochs of 48 texts in batches of 16
+    assert len(scalars["train/lr"]) == len(steps)
+    assert scalars["final/test_accuracy"][0].value == pytest.approx(metrics.test.accuracy)
+
+
+@pytest.mark.slow
+def test_mlflow_holds_params_tags_metrics_and_artifacts(tracked):
+    from mlflow import MlflowClient
+
+    run_dir, uri, metrics = tracked
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("mha-textclf").experiment_id])
+    assert run.info.run_name == "run" and run.info.status == "FINISHED"
+    assert {k: run.data.tags[k] for k in ("model", "pe", "seed", "dataset")} == {
+        "model": "efficient", "pe": "False", "seed": "0", "dataset": "bbc-news"}
+    assert run.data.params["trainer.epochs"] == "3" and run.data.params["data.max_train_samples"] == "48"
+    history = pd.read_csv(run_dir / "history.csv")
+    val = client.get_metric_history(run.info.run_id, "val/accuracy")
+    assert [m.value for m in sorted(val, key=lambda m: m.step)] == pytest.approx(history["val_accuracy"].tolist())
+    assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 9
+    assert run.data.metrics["final/val_accuracy"] == pytest.approx(metrics.val.accuracy)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert (run_dir.parent / "mlartifacts").is_dir()  # beside the store, not ./mlruns
+    assert {"metrics.json", "history.csv", "config.yaml", "loss_curve.png", "confusion_matrix_test.png"} <= artifacts
+    assert not any(a.endswith(".pt") for a in artifacts)  # reports and plots, not checkpoints
+
+
+@pytest.mark.slow
+def test_the_runs_of_one_sweep_share_one_experiment(data_dir, tmp_path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for seed in (0, 1):
+        train_in_process(tmp_path / f"job-{seed}", *SMOKE, "trainer.epochs=1", f"seed={seed}", "logger=mlflow",
+                         f"logger.mlflow.tracking_uri={uri}", data_dir=data_dir, sweep="sweep 2026-11-22_10-00-00")
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("sweep 2026-11-22_10-00-00").experiment_id])
+    assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
+    assert {r.data.tags["sweep"] for r in runs} == {"sweep 2026-11-22_10-00-00"}
+
+
+def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
+    with pytest.raises(UserError, match=r'the `tracking` extra: pip install -e "\.\[tracking\]"'):
+        train_in_process(tmp_path, *SMOKE, "logger=mlflow", data_dir=data_dir)
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_metrics_json_is_unchanged_by_logging(tracked):
+    run_dir, _, metrics = tracked
+    assert RunMetrics.read(run_dir / "metrics.json") == metrics
