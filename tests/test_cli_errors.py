@@ -70,7 +70,7 @@ def test_predict_mistakes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("app", ["train", "predict"])
+@pytest.mark.parametrize("app", ["train", "predict", "search"])
 def test_help_describes_every_setting(app):
     result = run_cli(app, "--help")
     assert result.returncode == 0
@@ -78,5 +78,8 @@ def test_help_describes_every_setting(app):
     if app == "train":
         assert "model: efficient, naive, torch" in result.stdout  # the variants, and no `base`
         assert "trainer.epochs" in result.stdout and "data.val_fraction" in result.stdout
+        assert "logger: many, mlflow, tensorboard" in result.stdout
+    elif app == "search":
+        assert "hparams_search: accuracy" in result.stdout and "n_trials" in result.stdout
     else:
         assert "run_dir" in result.stdout and "model:" not in result.stdout

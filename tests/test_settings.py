@@ -158,8 +158,9 @@ def test_help_lists_every_setting_with_its_default():
     defaults = TrainSettings()
     for key in known_keys(TrainSettings):
         line = next(line for line in table.splitlines() if line.split()[:1] == [key])
-        group, _, name = key.rpartition(".")
-        value = getattr(getattr(defaults, group) if group else defaults, name)
+        value = defaults
+        for part in key.split("."):
+            value = getattr(value, part, None)
         if isinstance(value, int | float) and not isinstance(value, bool):
             assert f" {value:g} " in line, line
     assert "model.attention" in table and "(model=...)" in table

@@ -31,9 +31,13 @@ from mha_textclf.errors import UserError
 from mha_textclf.summary import write_summary
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings}
-COMMANDS = {"train": "python -m train", "predict": "python -m predict", "baseline": "python scripts/baseline_tfidf.py"}
-GROUPS = {"train": ("model", "data", "experiment"), "predict": (), "baseline": ("data",)}  # the groups each one reads
+SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings,
+           "search": schema.SearchSettings}
+COMMANDS = {"train": "python -m train", "predict": "python -m predict", "baseline": "python scripts/baseline_tfidf.py",
+            "search": "python -m search"}
+# The config groups each one reads.
+GROUPS = {"train": ("model", "data", "experiment", "logger"), "predict": (), "baseline": ("data",),
+          "search": ("hparams_search",)}
 EXAMPLES = {
     "train": """\
   python -m train model=naive pe=true                 one run: a variant, with positional encoding
@@ -48,6 +52,10 @@ EXAMPLES = {
   python scripts/baseline_tfidf.py                                   wordpiece features on bbc-news, seed 0
   python scripts/baseline_tfidf.py -m features=wordpiece,words seed=0,1,2      six runs, summarised at the end
   python scripts/baseline_tfidf.py data=reuters_r8 features=words    the same data settings as training""",
+    "search": """\
+  python -m search                                   40 trials over configs/hparams_search/accuracy.yaml
+  python -m search n_trials=60                       the same study, extended (or resumed after Ctrl-C)
+  python -m search study=no_pruning pruning=false    another study over the same space""",
 }
 
 log = logging.getLogger(__name__)
@@ -178,8 +186,18 @@ def compose_settings(app: str, overrides: Sequence[str] = ()) -> Any:
     """The typed settings `python -m <app> <overrides>` runs with, composed in-process from the real configs (for
     tests, scripts and the hyperparameter search); a UserError lists every problem."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
     register(app)
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as e:
+        raise UserError(f"Cannot read the settings {list(overrides)}: {str(e).splitlines()[0]}") from e
+    found = [problem for override in parsed for problem in check_override(SCHEMAS[app], override)]
+    if found:  # in our words, before Hydra refuses the first of them in its own
+        raise UserError(_message(found))
+    if GlobalHydra.instance().is_initialized():  # inside a running Hydra app (python -m search), on configs/ too
+        return to_settings(compose(app, overrides=list(overrides)))
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return to_settings(compose(app, overrides=list(overrides)))
 

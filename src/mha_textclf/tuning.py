@@ -1,0 +1,188 @@
+"""Hyperparameter search with Optuna, driven in-process: each trial composes the real training configs and calls
+`train`, so a trial is a run folder like any other.
+
+The space comes in Hydra's own sweep syntax (interval, tag(log, ...), range, choice), as Hydra's Optuna sweeper
+reads it; the search itself is ours, because that plugin pins Optuna 2, fails on SQLite under SQLAlchemy 2, and
+cannot prune. TPE samples; a median pruner stops a trial whose validation loss, after a few epochs, is worse than
+the median of the earlier trials' at the same epoch; the study lives in SQLite, so an interrupted study resumes, and
+a finished one extends, when the same command runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shlex
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+
+from mha_textclf.errors import UserError
+from mha_textclf.reports import RunMetrics
+from mha_textclf.settings import SearchSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORAGE = "sqlite:///outputs/optuna.db"
+
+
+def _optuna():
+    try:
+        import optuna
+    except ImportError as e:
+        raise UserError('python -m search needs Optuna, the `hpo` extra: pip install -e ".[hpo]"') from e
+    return optuna
+
+
+def search_space(params: dict[str, str]) -> dict[str, Any]:
+    """Optuna distributions from Hydra sweep expressions: interval(a,b) -> a float, int(interval(a,b)) -> an int,
+    either on a log scale with tag(log, ...); range(a,b,step) -> an int or float on that grid; choice(...) ->
+    categorical."""
+    optuna = _optuna()
+    parser = OverridesParser.create()
+    space = {}
+    for key, expression in params.items():
+        try:
+            sweep = parser.parse_override(f"{key}={expression}").value()
+        except Exception as e:
+            raise UserError(f"params.{key}={expression!r} is not a sweep expression: use interval(a,b), "
+                            "tag(log,interval(a,b)), range(a,b,step) or choice(a,b,...).") from e
+        if isinstance(sweep, IntervalSweep):
+            log_scale = "log" in sweep.tags
+            if isinstance(sweep.start, int) and isinstance(sweep.end, int):
+                space[key] = optuna.distributions.IntDistribution(sweep.start, sweep.end, log=log_scale)
+            else:
+                space[key] = optuna.distributions.FloatDistribution(sweep.start, sweep.end, log=log_scale)
+        elif isinstance(sweep, RangeSweep):
+            # range's end is exclusive, as in Python: range(8, 33, 4) is 8, 12, ..., 32.
+            last = sweep.start + sweep.step * (math.ceil((sweep.stop - sweep.start) / sweep.step) - 1)
+            if all(isinstance(v, int) for v in (sweep.start, sweep.stop, sweep.step)):
+                space[key] = optuna.distributions.IntDistribution(sweep.start, last, step=sweep.step)
+            else:
+                space[key] = optuna.distributions.FloatDistribution(sweep.start, last, step=sweep.step)
+        elif isinstance(sweep, ChoiceSweep):
+            space[key] = optuna.distributions.CategoricalDistribution(sweep.list)
+        else:
+            raise UserError(f"params.{key}={expression!r} is a single value, not a range; put fixed settings in "
+                            "`train`.")
+    return space
+
+
+def as_override(key: str, value: Any) -> str:
+    """`key=value` as the train command line takes it; repr keeps every digit of a float."""
+    text = str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
+    return f"{key}={text}"
+
+
+class InterruptedStudyError(Exception):
+    """A trial stopped by SIGINT/SIGTERM: the study stops, and the same command resumes it."""
+
+
+def suggest(trial, key: str, distribution) -> Any:
+    """The trial's value for `key` from its distribution (Optuna's public suggest_* calls)."""
+    optuna = _optuna()
+    if isinstance(distribution, optuna.distributions.FloatDistribution):
+        return trial.suggest_float(key, distribution.low, distribution.high, log=distribution.log,
+                                   step=distribution.step)
+    if isinstance(distribution, optuna.distributions.IntDistribution):
+        return trial.suggest_int(key, distribution.low, distribution.high, log=distribution.log,
+                                 step=distribution.step)
+    return trial.suggest_categorical(key, distribution.choices)
+
+
+def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[..., RunMetrics]):
+    """Run (or resume, or extend) the study until it has `n_trials` finished trials; write best.json, trials.csv
+    and the plots into `study_dir`; return the study.
+
+    `train_trial(overrides, run_dir, on_epoch_end)` trains one trial with `settings.train` plus the trial's
+    overrides into `run_dir` and returns its metrics (python -m search passes train.train on composed settings).
+    """
+    optuna = _optuna()
+    space = search_space(settings.params)
+    if not space:
+        raise UserError("The search space is empty: give params (e.g. in configs/hparams_search/accuracy.yaml).")
+    study_dir.mkdir(parents=True, exist_ok=True)
+    storage_url = settings.storage or DEFAULT_STORAGE
+    if storage_url.startswith("sqlite:///"):
+        Path(storage_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    # Heartbeats let a resumed study mark the trial a killed process left RUNNING as failed, and move on.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=30, grace_period=90)
+    study = optuna.create_study(
+        study_name=settings.study, storage=storage, load_if_exists=True, direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=settings.seed),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials,
+                                           n_warmup_steps=settings.warmup_epochs))
+
+    def objective(trial) -> float:
+        values = {key: suggest(trial, key, distribution) for key, distribution in space.items()}
+        shared = [o for o in settings.train if o.split("=", 1)[0].lstrip("+~") not in values]  # the trial's win
+        overrides = [*shared, *(as_override(k, v) for k, v in values.items())]
+        pruned = []
+
+        def report(row: dict) -> bool:
+            # Intermediate values in the study's direction (higher is better): minus the validation loss.
+            trial.report(-row["val_loss"], row["epoch"])
+            pruned.append(settings.pruning and trial.should_prune())
+            return pruned[-1]
+
+        metrics = train_trial(overrides, study_dir / f"trial_{trial.number:03d}", report)
+        trial.set_user_attr("command", shlex.join(["python", "-m", "train", *overrides]))
+        for key, value in (("val_loss", metrics.val.loss), ("test_accuracy", metrics.test.accuracy),
+                           ("train_seconds", metrics.train_seconds), ("epochs", metrics.epochs)):
+            trial.set_user_attr(key, value)
+        if metrics.interrupted_by:
+            raise InterruptedStudyError(metrics.interrupted_by)
+        if pruned and pruned[-1]:
+            raise optuna.TrialPruned()
+        return metrics.val.accuracy
+
+    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                       optuna.trial.TrialState.PRUNED)]
+    todo = settings.n_trials - len(finished)
+    log.info(f"study {settings.study} in {storage_url}: {len(finished)} trials finished, {max(todo, 0)} to go")
+    start = time.perf_counter()
+    if todo > 0:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own log says what each trial did
+        study.optimize(objective, n_trials=todo, catch=(),
+                       timeout=settings.timeout_minutes * 60 if settings.timeout_minutes else None)
+    write_study_reports(study, study_dir, time.perf_counter() - start)
+    return study
+
+
+def write_study_reports(study, study_dir: Path, seconds: float) -> None:
+    """best.json (the best trial: its parameters, metrics and the command that reproduces it), trials.csv, and
+    Optuna's optimisation-history and parameter-importance plots."""
+    import matplotlib.pyplot as plt  # Optuna's matplotlib plots draw on pyplot's figures
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.visualization import matplotlib as plots
+
+    states = [t.state for t in study.trials]
+    counts = {state.name.lower(): states.count(state) for state in set(states)}
+    best = study.best_trial
+    summary = {"study": study.study_name, "best_trial": best.number, "val_accuracy": best.value,
+               "params": best.params, **best.user_attrs, "trials": counts, "seconds_this_session": round(seconds, 1)}
+    (study_dir / "best.json").write_text(json.dumps(summary, indent=2) + "\n")
+    study.trials_dataframe().to_csv(study_dir / "trials.csv", index=False)
+    for name, plot in (("optimization_history", plots.plot_optimization_history),
+                       ("param_importances", plots.plot_param_importances)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)  # stable since Optuna 2
+                axes = plot(study)
+        except (ValueError, RuntimeError) as e:  # importances need two or more finished trials that differ
+            log.warning(f"no {name} plot: {e}")
+            continue
+        figure = axes.figure
+        figure.set_size_inches(8, 5)
+        figure.savefig(study_dir / f"{name}.png", dpi=110, bbox_inches="tight")
+        plt.close(figure)
+    log.info(f"best trial {best.number}: val accuracy {best.value:.4f} with {best.params}\n"
+             f"reproduce it: {best.user_attrs.get('command')}\ntrials: {counts}, this session {seconds:.0f} s")

@@ -1,0 +1,100 @@
+"""The hyperparameter search: Hydra's sweep syntax as Optuna's space, a tiny study interrupted and resumed, its best
+trial reproducible from the command it reports."""
+
+import json
+import os
+import shlex
+import signal
+
+import pytest
+
+import train as train_module
+from conftest import optional, settings_for
+from mha_textclf.errors import UserError
+
+optuna = optional("optuna", "hpo")
+
+from mha_textclf.tuning import InterruptedStudyError, as_override, search_space  # noqa: E402
+from search import search  # noqa: E402
+
+
+def test_hydra_sweep_expressions_become_optuna_distributions():
+    space = search_space({"trainer.lr": "tag(log, interval(1e-4, 1e-2))", "model.dropout": "interval(0, 0.5)",
+                          "model.n_heads": "int(interval(1, 8))", "trainer.epochs": "range(8, 33, 4)",
+                          "pe": "choice(true, false)", "data.max_length": "choice(512, 1024)"})
+    assert space["trainer.lr"] == optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+    assert space["model.dropout"] == optuna.distributions.FloatDistribution(0, 0.5)
+    assert space["model.n_heads"] == optuna.distributions.IntDistribution(1, 8)
+    assert space["trainer.epochs"] == optuna.distributions.IntDistribution(8, 32, step=4)  # range's end: exclusive
+    assert space["pe"] == optuna.distributions.CategoricalDistribution([True, False])
+    assert space["data.max_length"].choices == (512, 1024)
+    with pytest.raises(UserError, match="is a single value, not a range"):
+        search_space({"trainer.lr": "0.1"})
+    assert as_override("trainer.lr", 0.1234567890123) == "trainer.lr=0.1234567890123"
+    assert as_override("pe", True) == "pe=true"
+
+
+def tiny(tmp_path, data_dir, *extra):
+    settings = settings_for("study=tiny", f"storage=sqlite:///{tmp_path / 'optuna.db'}", "n_trials=3",
+                            "startup_trials=1", "warmup_epochs=1", *extra, app="search")
+    settings.train = [f"data.path={data_dir}", "experiment=smoke", "data.max_train_samples=32", "trainer.epochs=3",
+                      "probes.attention=[]"]
+    settings.params = {"trainer.lr": "tag(log, interval(1e-3, 3e-2))", "model.token_dropout": "interval(0.3, 0.8)"}
+    return settings
+
+
+@pytest.mark.slow
+def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir, tmp_path, monkeypatch):
+    study_dir = tmp_path / "tiny"
+    real_train = train_module.train
+    calls = []
+
+    def train_interrupting_the_second_trial(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # Ctrl-C during the second trial's first epoch
+            on_epoch_end = kwargs["on_epoch_end"]
+
+            def interrupt(row):
+                os.kill(os.getpid(), signal.SIGINT)
+                return on_epoch_end(row)
+
+            kwargs["on_epoch_end"] = interrupt
+        return real_train(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr("search.train", train_interrupting_the_second_trial)
+        with pytest.raises(InterruptedStudyError, match="SIGINT"):
+            search(tiny(tmp_path, data_dir), study_dir)
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL"]
+
+    search(tiny(tmp_path, data_dir), study_dir)  # the same command again: resumes
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == 3 and len(study.trials) == 4  # the interrupted trial stays failed, not counted
+    best = json.loads((study_dir / "best.json").read_text())
+    assert best["best_trial"] == study.best_trial.number and best["val_accuracy"] == study.best_value
+    assert (study_dir / "optimization_history.png").stat().st_size > 0
+    assert (study_dir / "param_importances.png").stat().st_size > 0
+    assert sorted(p.name for p in study_dir.glob("trial_*")) == ["trial_000", "trial_001", "trial_002", "trial_003"]
+    # The reported command reproduces the best trial's settings exactly.
+    command = shlex.split(best["command"])
+    assert command[:3] == ["python", "-m", "train"]
+    trial_settings = settings_for(*command[3:])
+    trial_config = (study_dir / f"trial_{best['best_trial']:03d}" / "config.yaml").read_text()
+    assert f"lr: {trial_settings.trainer.lr}" in trial_config and trial_settings.trainer.epochs == 3
+
+    search(tiny(tmp_path, data_dir, "n_trials=4"), study_dir)  # a larger n_trials extends the study by one
+    assert len(optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 5
+
+
+def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tmp_path, data_dir):
+    settings = tiny(tmp_path, data_dir)
+    settings.train = ["trainer.epoch=3"]
+    with pytest.raises(UserError, match=r"did you mean trainer\.epochs"):
+        search(settings, tmp_path / "study")
+    settings = tiny(tmp_path, data_dir)
+    settings.params = {"trainer.learning_rate": "interval(1e-3, 1e-2)"}
+    with pytest.raises(UserError, match=r"params: trainer\.learning_rate is not a setting"):
+        search(settings, tmp_path / "study")
+    assert not (tmp_path / "study").exists()
