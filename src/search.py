@@ -50,13 +50,20 @@ def search(settings: SearchSettings, study_dir: Path):
     cli.compose_settings("train", settings.train)  # the shared settings: every mistake now, not at the first trial
     for key in settings.params:
         found = lookup(TrainSettings, key)
-        if isinstance(found, str):
+        if isinstance(found, str) and not (cli.CONFIG_DIR / key).is_dir():  # a config group (model) may vary too
             raise UserError(f"params: {found}")
 
     def train_trial(overrides: list[str], run_dir: Path, on_epoch_end):
-        # Composed here, not inside Hydra's own run: `search` is called from hydra_main, where Hydra is live.
-        trial_settings = cli.compose_settings("train", overrides)
-        return train(trial_settings, run_dir, overrides, sweep=f"study {settings.study}", on_epoch_end=on_epoch_end)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(run_dir / "train.log")  # each trial's folder has its log, as a run's has
+        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+        logging.getLogger().addHandler(handler)
+        try:
+            return train(cli.compose_settings("train", overrides), run_dir, overrides, sweep=f"study {settings.study}",
+                         on_epoch_end=on_epoch_end)
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
 
     return run_search(settings, study_dir, train_trial)
 

@@ -98,3 +98,89 @@ def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tm
     with pytest.raises(UserError, match=r"params: trainer\.learning_rate is not a setting"):
         search(settings, tmp_path / "study")
     assert not (tmp_path / "study").exists()
+
+
+def fake_trainer(losses_of, calls=None):
+    """A stand-in for training: epochs whose validation loss `losses_of(overrides)` gives, reported as train would,
+    stopping when asked; returns the metrics a run would."""
+    from mha_textclf.reports import RunMetrics, SplitMetrics
+
+    def train_trial(overrides, run_dir, on_epoch_end):
+        if calls is not None:
+            calls.append(overrides)
+        losses = losses_of(overrides)
+        epochs = 0
+        for epochs, loss in enumerate(losses, start=1):
+            if on_epoch_end({"epoch": epochs, "val_loss": loss}) and epochs < len(losses):
+                break
+        split = SplitMetrics(accuracy=1 - min(losses[:epochs]), macro_f1=0.5, loss=min(losses[:epochs]), n_samples=9)
+        return RunMetrics(model="efficient", pe=False, seed=0, dataset="d", splits={}, train_samples=9, val=split,
+                          test=split, class_names=["a", "b"], params=1, train_seconds=1.0, eval_seconds=0.1,
+                          epochs=epochs, best_epoch=1, stopped_early=epochs < len(losses), interrupted_by=None,
+                          tokens_per_second=1.0, vocab_size=10, device="cpu", threads=1)
+
+    return train_trial
+
+
+def study_settings(tmp_path, **changes):
+    settings = settings_for("study=fake", f"storage=sqlite:///{tmp_path / 'optuna.db'}", app="search")
+    settings.train, settings.params = [], {"trainer.lr": "tag(log, interval(1e-4, 1e-1))"}
+    for key, value in changes.items():
+        setattr(settings, key, value)
+    return settings
+
+
+def test_a_trial_worse_than_the_median_is_pruned_and_one_at_its_last_epoch_is_not(tmp_path):
+    from mha_textclf.tuning import run_search
+
+    def losses(overrides):  # low learning rates learn; high ones stall far above the median
+        lr = float(overrides[-1].split("=")[1])
+        return [0.5, 0.4, 0.3, 0.2] if lr < 1e-2 else [2.0, 2.0, 2.0, 2.0]
+
+    settings = study_settings(tmp_path, n_trials=12, startup_trials=2, warmup_epochs=1, seed=3)
+    study = run_search(settings, tmp_path / "study", fake_trainer(losses))
+    for trial in study.trials:
+        lr = trial.params["trainer.lr"]
+        assert trial.state.name == ("COMPLETE" if lr < 1e-2 or trial.number < 2 else "PRUNED"), trial
+        if trial.state.name == "PRUNED":
+            assert max(trial.intermediate_values) == 2  # stopped at the first epoch after warm-up, not trained on
+    assert any(t.state.name == "PRUNED" for t in study.trials)
+    settings.warmup_epochs = 3  # now the first verdict falls on the last epoch: too late to prune
+    settings.study, settings.n_trials = "late", 6
+    late = run_search(settings, tmp_path / "late", fake_trainer(losses))
+    assert {t.state.name for t in late.trials} == {"COMPLETE"}
+
+
+def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
+    from mha_textclf.tuning import run_search
+
+    calls = []
+    settings = study_settings(tmp_path, n_trials=3, pruning=False)
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
+    settings.n_trials = 6
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
+    assert len(calls) == 6 and len({tuple(c) for c in calls}) == 6  # no trial drawn twice
+    settings.params = {"trainer.lr": "interval(0.1, 0.2)"}
+    with pytest.raises(UserError, match="was started with another space"):
+        run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
+
+
+def test_a_failing_trial_does_not_end_the_study(tmp_path):
+    from mha_textclf.tuning import run_search
+
+    def losses(overrides):
+        if float(overrides[-1].split("=")[1]) > 1e-2:
+            raise UserError("The training loss became nan at epoch 1, step 3")
+        return [0.5]
+
+    study = run_search(study_settings(tmp_path, n_trials=8, pruning=False, seed=5), tmp_path / "study",
+                       fake_trainer(losses))
+    states = [t.state.name for t in study.trials]
+    assert "FAIL" in states and states.count("COMPLETE") >= 1 and len(states) == 8
+
+
+def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
+    from mha_textclf.tuning import run_search
+
+    with pytest.raises(UserError, match="storage='foo://bar': Optuna cannot keep a study there"):
+        run_search(study_settings(tmp_path, storage="foo://bar"), tmp_path / "study", fake_trainer(lambda o: [0.5]))

@@ -29,7 +29,6 @@ from mha_textclf.settings import SearchSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STORAGE = "sqlite:///outputs/optuna.db"
 
 
 def _optuna():
@@ -107,19 +106,8 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
     space = search_space(settings.params)
     if not space:
         raise UserError("The search space is empty: give params (e.g. in configs/hparams_search/accuracy.yaml).")
+    study = _open_study(settings)
     study_dir.mkdir(parents=True, exist_ok=True)
-    storage_url = settings.storage or DEFAULT_STORAGE
-    if storage_url.startswith("sqlite:///"):
-        Path(storage_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    # Heartbeats let a resumed study mark the trial a killed process left RUNNING as failed, and move on.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=30, grace_period=90)
-    study = optuna.create_study(
-        study_name=settings.study, storage=storage, load_if_exists=True, direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=settings.seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials,
-                                           n_warmup_steps=settings.warmup_epochs))
 
     def objective(trial) -> float:
         values = {key: suggest(trial, key, distribution) for key, distribution in space.items()}
@@ -140,20 +128,55 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
             trial.set_user_attr(key, value)
         if metrics.interrupted_by:
             raise InterruptedStudyError(metrics.interrupted_by)
-        if pruned and pruned[-1]:
+        if pruned and pruned[-1] and metrics.stopped_early:  # (a prune at the last epoch comes too late to stop it)
             raise optuna.TrialPruned()
         return metrics.val.accuracy
 
     finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
                                                        optuna.trial.TrialState.PRUNED)]
     todo = settings.n_trials - len(finished)
-    log.info(f"study {settings.study} in {storage_url}: {len(finished)} trials finished, {max(todo, 0)} to go")
+    log.info(f"study {settings.study} in {settings.storage}: {len(finished)} trials finished, {max(todo, 0)} to go")
     start = time.perf_counter()
     if todo > 0:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own log says what each trial did
-        study.optimize(objective, n_trials=todo, catch=(),
+        # A trial that fails (a loss that diverges at a sampled learning rate, memory) is recorded as failed, and the
+        # study goes on; an interrupted one stops it.
+        study.optimize(objective, n_trials=todo, catch=(UserError, RuntimeError, ValueError),
                        timeout=settings.timeout_minutes * 60 if settings.timeout_minutes else None)
     write_study_reports(study, study_dir, time.perf_counter() - start)
+    return study
+
+
+def _open_study(settings: SearchSettings):
+    """The study in its storage, created or loaded; a loaded one must have been started with the same space."""
+    optuna = _optuna()
+    url = settings.storage
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # Heartbeats let a resumed study mark the trial a killed process left RUNNING as failed, and move on.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=30, grace_period=90)
+        existing = (len(optuna.load_study(study_name=settings.study, storage=storage).trials)
+                    if settings.study in optuna.study.get_all_study_names(storage) else 0)
+    except Exception as e:
+        raise UserError(f"storage={url!r}: Optuna cannot keep a study there ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0]}); give an SQLAlchemy URL such as "
+                        "sqlite:///outputs/optuna.db.") from e
+    # The sampler's seed moves on with the trials done: a resumed study would otherwise draw its first trials again.
+    study = optuna.create_study(
+        study_name=settings.study, storage=storage, load_if_exists=True, direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=settings.seed + existing),
+        # Steps are epochs, counted from 1; the pruner may judge a step that is not below n_warmup_steps.
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials,
+                                           n_warmup_steps=settings.warmup_epochs + 1))
+    space = {"train": list(settings.train), "params": dict(settings.params)}
+    if not existing:
+        study.set_user_attr("space", space)
+    elif study.user_attrs.get("space") != space:
+        raise UserError(f"The study {settings.study!r} in {url} was started with another space or shared settings "
+                        f"({study.user_attrs.get('space')}); resume it with those, or name a new study=...")
     return study
 
 
@@ -166,6 +189,9 @@ def write_study_reports(study, study_dir: Path, seconds: float) -> None:
 
     states = [t.state for t in study.trials]
     counts = {state.name.lower(): states.count(state) for state in set(states)}
+    if not any(state.name == "COMPLETE" for state in states):
+        raise UserError(f"No trial of the study {study.study_name!r} completed ({counts}); the trial folders' logs "
+                        "say why.")
     best = study.best_trial
     summary = {"study": study.study_name, "best_trial": best.number, "val_accuracy": best.value,
                "params": best.params, **best.user_attrs, "trials": counts, "seconds_this_session": round(seconds, 1)}
