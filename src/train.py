@@ -46,7 +46,7 @@ from mha_textclf.reports import (
     time_to_accuracy,
     write_json,
 )
-from mha_textclf.settings import TrainSettings, flat
+from mha_textclf.settings import TrainSettings, flat, is_training_setting, show
 from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
 from mha_textclf.tracking import open_trackers
 from mha_textclf.training import (
@@ -61,9 +61,8 @@ from mha_textclf.training import (
 
 log = logging.getLogger("train")
 
-# Settings a resumed run may change: where things are and how long to train, never what is trained.
-RESUMABLE_CHANGES = {"resume", "trainer.epochs", "device", "trainer.num_threads", "data.path", "tokenizer.cache_dir",
-                     "probes.attention", "probes.order", "time_to_accuracy"}
+# Besides what is not trained (settings.NOT_TRAINING), a resumed run may train longer and find its data elsewhere.
+RESUMABLE_CHANGES = {"trainer.epochs", "data.path"}
 
 
 def main() -> None:
@@ -114,41 +113,41 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
     device = resolve_device(settings.device)
     state = resume_state(settings)
-    trackers = open_trackers(settings.logger, run_dir, sweep)
     if settings.trainer.num_threads or threads:
         torch.set_num_threads(settings.trainer.num_threads or threads)
     seed_everything(settings.seed)
     log.info(f"run folder {run_dir}  |  model={settings.model.attention} pe={settings.pe} seed={settings.seed} "
              f"device={device}")
 
-    stage = Stages(device)
-    with stage("data"):
-        corpus = load_data(settings)
-    with stage("tokenizer"):
-        tokenizer = prepare_tokenizer(settings, corpus, run_dir, state)
-    with stage("encode"):
-        loaders = make_loaders(settings, corpus, tokenizer, device)
-    model = build_model(settings, corpus, tokenizer).to(device)
+    # The loggers (logger=...) close with the run: FINISHED, KILLED by a signal, or FAILED on any exception.
+    with open_trackers(settings.logger, run_dir, sweep) as trackers:
+        stage = Stages(device)
+        with stage("data"):
+            corpus = load_data(settings)
+        with stage("tokenizer"):
+            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state)
+        with stage("encode"):
+            loaders = make_loaders(settings, corpus, tokenizer, device)
+        model = build_model(settings, corpus, tokenizer).to(device)
+        trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
+                       {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
+                        "dataset": corpus.name} | ({"sweep": sweep} if sweep else {}))
 
-    # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after the
-    # current step; the reports below are still written, for the best finished epoch.
-    for row in state["history"] if state else []:  # a resumed run's folder tells the whole story
-        append_history(run_dir / "history.csv", row)
-    metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
-    weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
-               if settings.trainer.class_weights == "balanced" else None)
-    trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
-                   {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
-                    "dataset": corpus.name} | ({"sweep": sweep} if sweep else {}))
+        # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after
+        # the current step; the reports below are still written, for the best finished epoch.
+        for row in state["history"] if state else []:  # a resumed run's folder tells the whole story
+            append_history(run_dir / "history.csv", row)
+        metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
+        weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
+                   if settings.trainer.class_weights == "balanced" else None)
 
-    def epoch_done(row: dict) -> bool | None:
-        append_history(run_dir / "history.csv", row)
-        trackers.log({"val/loss": row["val_loss"], "val/accuracy": row["val_accuracy"],
-                      "train/epoch_loss": row["train_loss"], "time/train_seconds": row["train_seconds"],
-                      "time/eval_seconds": row["eval_seconds"]}, step=row["epoch"])
-        return on_epoch_end(row)
+        def epoch_done(row: dict) -> bool | None:
+            append_history(run_dir / "history.csv", row)
+            trackers.log({"val/loss": row["val_loss"], "val/accuracy": row["val_accuracy"],
+                          "train/epoch_loss": row["train_loss"], "time/train_seconds": row["train_seconds"],
+                          "time/eval_seconds": row["eval_seconds"]}, step=row["epoch"])
+            return on_epoch_end(row)
 
-    try:
         with StopOnSignal() as stop:
             with stage("fit"):
                 result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
@@ -162,12 +161,9 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
                 metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
                                         stage.record)
                 write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
-    except BaseException:
-        trackers.finish({}, run_dir, "FAILED")
-        raise
-    metrics.stages = stage.record  # now with the reports' own stage
-    metrics.write(run_dir / "metrics.json")
-    trackers.finish(final_values(metrics), run_dir, "KILLED" if metrics.interrupted_by else "FINISHED")
+        metrics.stages = stage.record  # now with the reports' own stage
+        metrics.write(run_dir / "metrics.json")
+        trackers.finish(final_values(metrics), run_dir, "KILLED" if metrics.interrupted_by else "FINISHED")
 
     status = f"INTERRUPTED by {metrics.interrupted_by} after epoch {metrics.epochs}, " if metrics.interrupted_by else ""
     log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
@@ -187,19 +183,23 @@ def final_values(metrics: RunMetrics) -> dict[str, float]:
 class Stages:
     """Wall time and peak memory of each stage of a run, for metrics.json and the log: `with stage("data"): ...`.
 
-    Peak memory is the process's resident set at its highest during the stage (on CUDA: what torch allocated).
+    Peak memory is the process's resident set at its highest during the stage; on a GPU, also the most torch
+    allocated there (peak_cuda_mb).
     """
 
     def __init__(self, device: torch.device):
-        self.device, self.record = device, {}
+        self.devices = [torch.device("cpu")] + ([device] if device.type == "cuda" else [])
+        self.record = {}
 
     @contextmanager
     def __call__(self, name: str):
-        reset_peak_memory(self.device)
+        for device in self.devices:
+            reset_peak_memory(device)
         start = time.perf_counter()
         yield
-        self.record[name] = {"seconds": round(time.perf_counter() - start, 3),
-                             "peak_memory_mb": round(peak_memory_mb(self.device), 1)}
+        self.record[name] = {"seconds": round(time.perf_counter() - start, 3)} | {
+            "peak_memory_mb" if device.type == "cpu" else "peak_cuda_mb": round(peak_memory_mb(device), 1)
+            for device in self.devices}
         log.info(f"stage {name}: {self.record[name]['seconds']:.1f} s, peak memory "
                  f"{self.record[name]['peak_memory_mb']:,.0f} MB")
 
@@ -210,13 +210,19 @@ def resume_state(settings: TrainSettings) -> dict | None:
         return None
     state = load_training_state(Path(settings.resume).expanduser() / "last.pt")
     saved, now = flat(state["metadata"]["config"]), flat(asdict(settings))
-    changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k) and k not in RESUMABLE_CHANGES)
-    if saved.get("trainer.epochs") != now.get("trainer.epochs") and now.get("trainer.schedule") != "constant":
-        changed.append("trainer.epochs (a decaying learning-rate schedule is laid out over the original epochs)")
+    # A key only one side has is a setting added or removed since then: nothing the two runs can disagree on.
+    changed = sorted(k for k in saved.keys() & now.keys()
+                     if saved[k] != now[k] and is_training_setting(k) and k not in RESUMABLE_CHANGES)
+    if saved["trainer.epochs"] != now["trainer.epochs"] and now["trainer.schedule"] != "constant":
+        changed.append("trainer.epochs")  # a decaying schedule is laid out over the original epochs
     if changed:
-        original = shlex.join(state["metadata"]["overrides"])
-        raise UserError(f"resume={settings.resume} continues a run with other settings ({', '.join(changed)} "
-                        f"differ). Repeat its overrides: python -m train {original} resume={settings.resume}")
+        # Its own command line, plus the value it had for each setting it took by default (a default may have moved).
+        original = state["metadata"]["overrides"]
+        given = {o.split("=", 1)[0].lstrip("+~") for o in original}
+        repeat = original + [f"{k}={show(saved[k])}" for k in changed if k not in given]
+        differences = "; ".join(f"{k}={show(saved[k])} then, {show(now[k])} now" for k in changed)
+        raise UserError(f"resume={settings.resume} continues a run with other settings ({differences}). Resume it "
+                        f"with its own: python -m train {shlex.join(repeat)} resume={settings.resume}")
     log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
     return state
 
@@ -293,7 +299,7 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
         vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
         time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),
-        stages=dict(stage_record))
+        stages=dict(stage_record or {}))
     metrics.write(run_dir / "metrics.json")
     return metrics
 

@@ -77,7 +77,7 @@ def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monke
     with monkeypatch.context() as patch:
         interrupt_after_epoch(1, patch)
         train_in_process(part, *COMMON, data_dir=data_dir)
-    with pytest.raises(UserError, match="pe differ") as info:
+    with pytest.raises(UserError, match="pe=true then, false now") as info:
         train_in_process(tmp_path / "again", *COMMON[:-1], f"resume={part}", data_dir=data_dir)
     assert f"python -m train {shlex.join(COMMON)} resume={part}" in str(info.value)
     with pytest.raises(UserError, match=r"No training state \(last.pt\)"):
@@ -98,3 +98,27 @@ def test_sigterm_stops_cleanly_with_exit_143(data_dir, tmp_path):
     assert process.wait(timeout=600) == 143
     metrics = RunMetrics.read(run_dir / "metrics.json")
     assert metrics.interrupted_by == "SIGTERM" and metrics.epochs == len(rows(run_dir)) >= 1
+
+
+@pytest.mark.slow
+def test_a_default_that_moved_since_is_in_the_command_to_resume_and_loggers_may_change(data_dir, tmp_path,
+                                                                                        monkeypatch):
+    import torch
+
+    part = tmp_path / "part"
+    with monkeypatch.context() as patch:
+        interrupt_after_epoch(1, patch)
+        train_in_process(part, *COMMON, data_dir=data_dir)
+    # As if the run had been made when group_by_length was off by default: its state says so, its command line not.
+    state = torch.load(part / "last.pt", weights_only=True)
+    state["metadata"]["config"]["data"]["group_by_length"] = False
+    state["metadata"]["overrides"] = [o for o in COMMON if not o.startswith("data.group_by_length")]
+    torch.save(state, part / "last.pt")
+    with pytest.raises(UserError, match=r"data\.group_by_length=false then, true now") as info:
+        train_in_process(tmp_path / "again", *state["metadata"]["overrides"], f"resume={part}", data_dir=data_dir)
+    command = shlex.split(str(info.value).split("python -m train ", 1)[1])
+    assert "data.group_by_length=false" in command
+    # The command it gives resumes; a logger may be added on the way (where it logs is no training setting).
+    resumed = train_in_process(tmp_path / "again", *command[:-1], "logger=tensorboard", f"resume={part}",
+                               data_dir=data_dir)
+    assert resumed.epochs == 3

@@ -180,3 +180,10 @@ def test_derived_keys_are_exactly_what_the_model_config_adds():
 
     added = {f.name for f in fields(ModelConfig)} - {f.name for f in fields(ModelSettings)}
     assert set(DERIVED) == {f"model.{name}" for name in added}
+
+
+def test_data_rules_hold_for_every_app_that_reads_data():
+    with pytest.raises(UserError, match=r"data\.text_column=5: must be a column name"):
+        settings_for("data.text_column=5", app="baseline")
+    with pytest.raises(UserError, match=r"data\.text_column=\[\]: must be a column name"):
+        settings_for("data.text_column=[]")

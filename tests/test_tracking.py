@@ -6,9 +6,8 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import optional, train_in_process
+from conftest import optional, settings_for, train_in_process
 from mha_textclf.errors import UserError
-from mha_textclf.reports import RunMetrics
 
 optional("mlflow", "tracking")
 optional("tensorboard", "tracking")
@@ -87,6 +86,26 @@ def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monke
     assert not (tmp_path / "metrics.json").exists()
 
 
-def test_metrics_json_is_unchanged_by_logging(tracked):
-    run_dir, _, metrics = tracked
-    assert RunMetrics.read(run_dir / "metrics.json") == metrics
+@pytest.mark.slow
+def test_a_run_that_fails_is_recorded_as_failed(data_dir, tmp_path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(UserError, match="became nan"):
+        train_in_process(tmp_path / "run", *SMOKE, "trainer.lr=1e30", "trainer.batch_size=4", "logger=many",
+                         f"logger.mlflow.tracking_uri={uri}", data_dir=data_dir)
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("mha-textclf").experiment_id])
+    assert run.info.status == "FAILED"
+
+
+def test_logger_settings_while_the_logger_is_off_are_a_mistake():
+    with pytest.raises(UserError, match=r"logger\.mlflow\.experiment=foo: mlflow logging is off; add logger=mlflow"):
+        settings_for("logger.mlflow.experiment=foo")
+    assert settings_for("logger=mlflow", "logger.mlflow.experiment=foo").logger.mlflow.experiment == "foo"
+
+
+def test_a_tracking_uri_mlflow_cannot_use_is_a_clear_error(data_dir, tmp_path):
+    with pytest.raises(UserError, match="MLflow cannot record runs at 'foo://bar'"):
+        train_in_process(tmp_path, *SMOKE, "logger=mlflow", "logger.mlflow.tracking_uri=foo://bar",
+                         data_dir=data_dir)

@@ -60,6 +60,8 @@ def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
     assert rows[-1]["elapsed_train_seconds"] == pytest.approx(sum(r["train_seconds"] for r in rows))
     assert metrics.train_seconds == pytest.approx(rows[-1]["elapsed_train_seconds"])
     assert metrics.eval_seconds == pytest.approx(sum(r["eval_seconds"] for r in rows))
+    assert set(metrics.stages) == {"data", "tokenizer", "encode", "fit", "reports"}
+    assert all(s["seconds"] >= 0 and s["peak_memory_mb"] > 0 for s in metrics.stages.values())
     assert metrics.time_to_accuracy == {  # the first epoch at each level, in training seconds
         f"{level:g}": next((r["elapsed_train_seconds"] for r in rows if r["val_accuracy"] >= level), None)
         for level in (0.85, 0.9, 0.95)}
@@ -226,5 +228,11 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
                               "val": "carved from the train split: 25%, stratified by class, seed 0",
                               "test": "test split"}
     assert metrics.train_samples + metrics.val.n_samples == 60 and metrics.test.n_samples == 30
+    # The class weights reach the loss: the same run without them starts from another training loss.
+    plain = train_in_process(tmp_path / "plain", *SMOKE, "data.max_train_samples=null", "data.text_column=Text",
+                             "data.label_column=Category", "trainer.epochs=1", "probes.attention=[]", data_dir=folder)
+    weighted = pd.read_csv(run_dir / "history.csv")["train_loss"][0]
+    assert weighted != pytest.approx(pd.read_csv(tmp_path / "plain" / "history.csv")["train_loss"][0], rel=1e-3)
+    assert plain.class_names == metrics.class_names
     table = predict(settings_for(f"run_dir={run_dir}", "text=[crude crude report,earn earn report]", app="predict"))
     assert list(table.columns) == ["text", *sorted(topics), "predicted"]

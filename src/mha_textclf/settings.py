@@ -118,11 +118,13 @@ class TrainerSettings:
 
 @dataclass
 class TensorBoardSettings:
+    enabled: bool = setting(False, "log to TensorBoard; turned on by logger=tensorboard (or many)")
     subdir: str = setting("tensorboard", "the event files' folder inside the run folder")
 
 
 @dataclass
 class MLflowSettings:
+    enabled: bool = setting(False, "log to MLflow; turned on by logger=mlflow (or many)")
     tracking_uri: str | None = setting(None, "where MLflow records runs; null: $MLFLOW_TRACKING_URI, else "
                                              "sqlite:///outputs/mlflow.db")
     experiment: str | None = setting(None, "the MLflow experiment; null: the sweep's name for its jobs, else "
@@ -133,8 +135,8 @@ class MLflowSettings:
 class LoggerSettings:
     """Chosen with logger=tensorboard|mlflow|many (configs/logger/); none by default."""
 
-    tensorboard: TensorBoardSettings | None = setting(None, "")
-    mlflow: MLflowSettings | None = setting(None, "")
+    tensorboard: TensorBoardSettings = setting(help="", factory=TensorBoardSettings)
+    mlflow: MLflowSettings = setting(help="", factory=MLflowSettings)
 
 
 @dataclass
@@ -192,9 +194,9 @@ class SearchSettings:
     """python -m search: a hyperparameter search with Optuna over a space from configs/hparams_search/."""
 
     study: str = setting(MISSING, "the study's name: its folder outputs/search/<study> and its record in storage")
-    storage: str | None = setting(None, "where the study is recorded; null: sqlite:///outputs/optuna.db. Run the "
-                                        "same command again to resume an interrupted study, with more n_trials to "
-                                        "extend it")
+    storage: str = setting("sqlite:///outputs/optuna.db", "where the study is recorded (an SQLAlchemy URL). Run the "
+                                                          "same command again to resume an interrupted study, with "
+                                                          "more n_trials to extend it")
     n_trials: int = setting(40, "finished (complete or pruned) trials the study should have", gt=0)
     timeout_minutes: float | None = setting(None, "stop starting trials after this long; null: no limit", gt=0)
     train: list[str] = setting(help="the training settings every trial shares, as on the train command line",
@@ -208,6 +210,16 @@ class SearchSettings:
     warmup_epochs: int = setting(2, "epochs every trial trains before it may be pruned", ge=0)
     startup_trials: int = setting(5, "trials before pruning starts (the median needs some)", ge=0)
     seed: int = setting(0, "seeds the sampler (TPE); the trials' own seed is a training setting", ge=0, lt=2**32)
+
+
+# Keys that say where things are, how fast to go or what to report, never what is trained: a resumed run may change
+# them, and summaries do not group runs by them.
+NOT_TRAINING = ("resume", "device", "trainer.num_threads", "tokenizer.cache_dir", "probes.", "time_to_accuracy",
+                "logger.")
+
+
+def is_training_setting(key: str) -> bool:
+    return not any(key == prefix or (prefix.endswith(".") and key.startswith(prefix)) for prefix in NOT_TRAINING)
 
 
 # Values the pipeline derives. They are model settings in the checkpoint (model.ModelConfig) but never on the
@@ -321,11 +333,28 @@ def problems(settings: Any, prefix: str = "") -> list[str]:
             found += problems(value, f"{prefix}{f.name}.")
         elif (why := check_value(f, value)) is not None:
             found.append(f"{prefix}{f.name}={show(value)}: {why}.")
-    if isinstance(settings, TrainSettings):
-        found += _train_rules(settings)
-    if isinstance(settings, PredictSettings):
-        found += _predict_rules(settings)
+    rules = {TrainSettings: _train_rules, PredictSettings: _predict_rules, DataSettings: _data_rules,
+             TensorBoardSettings: _logger_rules, MLflowSettings: _logger_rules}
+    if type(settings) in rules:
+        found += [f"{prefix}{problem}" for problem in rules[type(settings)](settings)]
     return found
+
+
+def _data_rules(s: DataSettings) -> list[str]:
+    columns = s.text_column
+    if isinstance(columns, str) or (isinstance(columns, list) and columns and all(isinstance(c, str) for c in columns)):
+        return []
+    return [f"text_column={show(columns)}: must be a column name or a list of them (data.text_column=[title,body])."]
+
+
+def _logger_rules(s: TensorBoardSettings | MLflowSettings) -> list[str]:
+    """A logger's settings, changed while it is off, would be silently ignored."""
+    if s.enabled:
+        return []
+    name = "tensorboard" if isinstance(s, TensorBoardSettings) else "mlflow"
+    default = type(s)()
+    return [f"{f.name}={show(getattr(s, f.name))}: {name} logging is off; add logger={name} (or logger=many)."
+            for f in fields(s) if getattr(s, f.name) != getattr(default, f.name)]
 
 
 def _train_rules(s: TrainSettings) -> list[str]:
@@ -338,11 +367,6 @@ def _train_rules(s: TrainSettings) -> list[str]:
         found.append(f"pe=true needs an even model.d_model (sin/cos pairs), got {s.model.d_model}.")
     if not all(0 < level <= 1 for level in s.time_to_accuracy):
         found.append(f"time_to_accuracy={show(s.time_to_accuracy)}: accuracies lie in (0,1], e.g. [0.9,0.95].")
-    columns = s.data.text_column
-    if not (isinstance(columns, str) or (isinstance(columns, list) and columns
-                                         and all(isinstance(c, str) for c in columns))):
-        found.append(f"data.text_column={show(columns)}: must be a column name or a list of them "
-                     "(data.text_column=[title,body]).")
     return found
 
 

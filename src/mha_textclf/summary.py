@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from mha_textclf.data import dataset_name
 from mha_textclf.reports import RunMetrics, whole_epochs
-from mha_textclf.settings import flat
+from mha_textclf.settings import flat, is_training_setting
 
 RUN_COLUMNS = ["dataset", "model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy",
                "test_macro_f1", "epochs", "train_seconds", "median_epoch_seconds", "tokens_per_second", "params",
@@ -36,20 +36,18 @@ def _job_number(run_dir: Path) -> int:
     return int(head) if head.isdigit() else -1
 
 
-# Settings that are already columns, or that say where things are or how fast to go rather than what was trained.
-NOT_SETTINGS = {"model.attention", "pe", "seed", "data.path", "tokenizer.cache_dir", "resume", "trainer.num_threads",
-                "device",  # the device a run used is in metrics.json
-                "probes.attention", "probes.order", "time_to_accuracy"}  # what is reported, not what is trained
+# Settings that are columns already (the dataset stands for data.path).
+COLUMNS = {"model.attention", "pe", "seed", "data.path"}
 SECONDS_TO = "seconds_to_"  # + a validation accuracy level: a column of training seconds until it was first reached
 
 
 def run_settings(run_dir: Path) -> dict[str, object]:
     """The run's resolved settings, flattened (`trainer.lr`), from the config.yaml it wrote (Hydra's unresolved
-    .hydra/config.yaml for a run that failed before writing it); the keys above and where it logged left out."""
+    .hydra/config.yaml for a run that failed before writing it), without the columns and what is not trained."""
     path = run_dir / "config.yaml"
     path = path if path.exists() else run_dir / ".hydra" / "config.yaml"
     config = yaml.safe_load(path.read_text()) if path.exists() else {}
-    return {k: v for k, v in flat(config or {}).items() if k not in NOT_SETTINGS and not k.startswith("logger.")}
+    return {k: v for k, v in flat(config or {}).items() if k not in COLUMNS and is_training_setting(k)}
 
 
 def run_row(run_dir: Path, root: Path) -> dict:

@@ -48,9 +48,9 @@ class TensorBoardTracker:
         for key, value in values.items():
             self.writer.add_scalar(key, value, step)
 
-    def finish(self, final: dict[str, float], run_dir: Path, status: str) -> None:
-        # hparams with the final metrics, in this run's own folder: TensorBoard's HPARAMS tab compares runs.
-        self.writer.add_hparams(self.params, final, run_name=".")
+    def finish(self, final: dict[str, float], run_dir: Path | None, status: str) -> None:
+        if final:  # hparams with the final metrics, in this run's own folder: TensorBoard's HPARAMS tab compares runs
+            self.writer.add_hparams(self.params, final, run_name=".")
         self.writer.close()
 
 
@@ -66,8 +66,13 @@ class MLflowTracker:
             database.parent.mkdir(parents=True, exist_ok=True)
         self.artifacts = (database.parent / "mlartifacts").resolve().as_uri() if database is not None else None
         self.entities = __import__("mlflow.entities", fromlist=["_"])
-        self.client = mlflow.MlflowClient(uri)
-        self.experiment_id = self._experiment(experiment)
+        try:
+            self.client = mlflow.MlflowClient(uri)
+            self.experiment_id = self._experiment(experiment)
+        except Exception as e:
+            raise UserError(f"MLflow cannot record runs at {uri!r} ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                            "give logger.mlflow.tracking_uri (or MLFLOW_TRACKING_URI) a sqlite:///<file>.db, a "
+                            "folder, or an http(s) tracking server.") from e
         self.run_name, self.run_id = run_name, None
         self.pending: list = []
 
@@ -99,31 +104,46 @@ class MLflowTracker:
             self.client.log_batch(self.run_id, metrics=self.pending[i : i + 1000])
         self.pending = []
 
-    def finish(self, final: dict[str, float], run_dir: Path, status: str) -> None:
+    def finish(self, final: dict[str, float], run_dir: Path | None, status: str) -> None:
+        if self.run_id is None:  # the run failed before it started logging
+            return
         self.log(final, step=0)
         self.flush()
-        for pattern in ARTIFACTS:
+        for pattern in ARTIFACTS if run_dir is not None else ():
             for path in sorted(run_dir.glob(pattern)):
                 self.client.log_artifact(self.run_id, str(path))
         self.client.set_terminated(self.run_id, status)
 
 
 class Trackers:
-    """The loggers a run writes to, as one: `log` per step and per epoch, `finish` at the end."""
+    """The loggers a run writes to, as one: `log` per step and per epoch, `finish` at the end. As a context, it
+    finishes them as FAILED if the run raises before it finished them itself."""
 
     def __init__(self, trackers: list):
-        self.trackers = trackers
+        self.trackers, self.finished = trackers, False
+
+    def __enter__(self) -> Trackers:
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        if not self.finished:
+            self.finish({}, None, "FAILED")
 
     def start(self, params: dict[str, str], tags: dict[str, str]) -> None:
         for tracker in self.trackers:
             tracker.start(params, tags)
 
     def log(self, values: dict[str, float], step: int) -> None:
-        for tracker in self.trackers:
-            tracker.log(values, step)
+        for tracker in list(self.trackers):
+            try:
+                tracker.log(values, step)
+            except Exception as e:  # the run goes on, recorded in its own folder; this tracker stops
+                log.warning(f"{type(tracker).__name__} stopped logging: {type(e).__name__}: {e}")
+                self.trackers.remove(tracker)
 
-    def finish(self, final: dict[str, float], run_dir: Path, status: str = "FINISHED") -> None:
-        """status: FINISHED, KILLED (stopped by a signal) or FAILED."""
+    def finish(self, final: dict[str, float], run_dir: Path | None, status: str = "FINISHED") -> None:
+        """status: FINISHED, KILLED (stopped by a signal) or FAILED; `run_dir`: whose reports MLflow keeps."""
+        self.finished = True
         for tracker in self.trackers:
             try:
                 tracker.finish(final, run_dir, status)
@@ -135,9 +155,9 @@ def open_trackers(settings: LoggerSettings, run_dir: Path, experiment: str | Non
     """The loggers the settings ask for. `experiment`: the sweep's name for the jobs of a sweep, else None (then
     logger.mlflow.experiment, or mha-textclf)."""
     trackers = []
-    if settings.tensorboard is not None:
+    if settings.tensorboard.enabled:
         trackers.append(TensorBoardTracker(run_dir, settings.tensorboard.subdir))
-    if settings.mlflow is not None:
+    if settings.mlflow.enabled:
         name = settings.mlflow.experiment or experiment or DEFAULT_EXPERIMENT
         trackers.append(MLflowTracker(settings.mlflow.tracking_uri, name, run_dir.name))
     return Trackers(trackers)
