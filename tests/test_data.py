@@ -278,3 +278,38 @@ def test_a_hub_id_that_does_not_exist_is_named(monkeypatch):
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", not_found)
     with pytest.raises(UserError, match="is not a dataset on the Hugging Face hub"):
         load("nobody/nothing")
+
+
+def test_xz_files_and_a_folder_with_other_files_hidden_copies_and_a_readme(tmp_path):
+    import lzma
+
+    (tmp_path / "README.md").write_text("# my corpus\n")
+    with lzma.open(tmp_path / "train.jsonl.xz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows(40)))
+    checkpoints = tmp_path / ".ipynb_checkpoints"  # a notebook's copy of train: not data
+    write_jsonl(checkpoints, {"train-checkpoint": rows(40)})
+    corpus = load(tmp_path)
+    assert len(corpus.train) + len(corpus.val) + len(corpus.test) == 40
+
+
+def test_two_validation_splits_are_an_error_not_a_silent_choice(tmp_path):
+    write_jsonl(tmp_path, {"train": rows(20), "validation": rows(6), "dev": rows(6)})
+    with pytest.raises(UserError, match=r"has splits \['validation', 'dev'\], which are the same split"):
+        load(tmp_path)
+
+
+def test_missing_labels_are_named_and_whole_floats_are_ids(tmp_path):
+    frame = pd.DataFrame(rows(20))
+    frame.loc[3, "label"] = None  # an empty cell: pandas writes it empty, the reader makes the column float
+    frame.to_csv(tmp_path / "train.csv", index=False)
+    with pytest.raises(UserError, match=r"Row 3 of the train split .* has no label in column 'label'"):
+        load(tmp_path)
+    frame.loc[3, "label"] = 1
+    frame.astype({"label": float}).to_csv(tmp_path / "train.csv", index=False)  # 0.0, 1.0, ...
+    assert load(tmp_path).class_names == ["a", "b"]
+
+
+def test_a_missing_data_file_is_not_mistaken_for_a_hub_id(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"data\.path='mydata\.csv' does not exist"):
+        load("mydata.csv")

@@ -25,7 +25,8 @@ SPLIT_NAMES = {"train": ("train",), "val": ("validation", "valid", "val", "dev")
 # datasets' builder (and its options) for each file type a local dataset may come in; compressed ones too.
 FILE_FORMATS = {".jsonl": ("json", {}), ".json": ("json", {}), ".csv": ("csv", {}), ".tsv": ("csv", {"sep": "\t"}),
                 ".parquet": ("parquet", {})}
-COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
+COMPRESSIONS = (".gz", ".bz2", ".xz")
+KINDS = "a .jsonl, .json, .csv, .tsv or .parquet file (compressed with gzip, bzip2 or xz too)"
 # A carved test split is the same texts for every run seed: seeds vary the model, not what it is tested on.
 TEST_SPLIT_SEED = 0
 
@@ -71,6 +72,11 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
     path = settings.path
     raw = _load(path, settings.name)
     columns = [settings.text_column] if isinstance(settings.text_column, str) else list(settings.text_column)
+    twice = [[n for n in names if n in raw] for names in SPLIT_NAMES.values()]
+    twice = [names for names in twice if len(names) > 1]
+    if twice:
+        raise UserError(f"The dataset {path!r} has splits {twice[0]}, which are the same split by name; keep one "
+                        "(remove or rename the other's files).")
     found = {ours: next((raw[n] for n in names if n in raw), None) for ours, names in SPLIT_NAMES.items()}
     sources = {ours: next((f"{n} split" for n in names if n in raw), "") for ours, names in SPLIT_NAMES.items()}
     if found["train"] is None:
@@ -98,9 +104,10 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
         train = _subsample(train, settings.max_train_samples, seed)
         if settings.max_eval_samples is None:
             val = _subsample(val, math.ceil(fraction * len(val)), seed)
-            test = _subsample(test, math.ceil(fraction * len(test)), seed)
+            test = _subsample(test, math.ceil(fraction * len(test)), TEST_SPLIT_SEED)
     if settings.max_eval_samples is not None:
-        val, test = _subsample(val, settings.max_eval_samples, seed), _subsample(test, settings.max_eval_samples, seed)
+        val = _subsample(val, settings.max_eval_samples, seed)
+        test = _subsample(test, settings.max_eval_samples, TEST_SPLIT_SEED)
     if "carved" in sources["val"] + sources["test"]:
         sources["train"] += " minus what was carved from it"
     return Corpus(train, val, test, class_names, dataset_name(path), sources)
@@ -133,16 +140,16 @@ def _load(path: str, name: str | None) -> dict:
             (builder, options), files = _local_files(local)
             return dict(datasets.load_dataset(builder, data_files=files, **options))
         if _looks_like_a_path(path):
-            raise UserError(f"data.path={path!r} does not exist. Point data.path at a folder or a file of labelled "
-                            "texts (for bbc-news, BBC_NEWS_PATH does the same), or give a Hugging Face hub id such "
-                            "as SetFit/bbc-news.")
+            raise UserError(f"data.path={path!r} does not exist. Point data.path at a folder of labelled texts or "
+                            f"at {KINDS} (for bbc-news, BBC_NEWS_PATH does the same), or give a Hugging Face hub id "
+                            "such as SetFit/bbc-news.")
         return dict(_from_hub(path, name))
     except UserError:
         raise
     except Exception as e:  # hub and parsing errors land here; say what to do about them
         raise UserError(f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\n"
                         + (_offline_hint() if not local.exists() else "Check that its files parse as their "
-                           "extension says (.jsonl, .json, .csv, .tsv, .parquet).")) from e
+                           "extension says.")) from e
 
 
 def _saved_by_datasets(folder: Path) -> bool:
@@ -171,15 +178,15 @@ def _local_files(local: Path) -> tuple[tuple[str, dict], dict[str, list[str]]]:
     """The builder and the data files by split of a local file or folder."""
     if local.is_file():
         if _data_suffix(local) is None:
-            raise UserError(f"{local} is not a data file this pipeline reads; give a .jsonl, .json, .csv, .tsv or "
-                            ".parquet file (compressed with gzip, bzip2, xz or zstd too), or a folder of them.")
+            raise UserError(f"{local} is not a data file this pipeline reads; give {KINDS}, or a folder of them.")
         files = {"train": [local]}
     else:
-        found = sorted(p for p in local.rglob("*") if p.is_file() and _data_suffix(p) and not p.name.startswith("."))
+        # Hidden files and folders (.ipynb_checkpoints, .cache) hold copies, not data.
+        found = sorted(p for p in local.rglob("*") if p.is_file() and _data_suffix(p)
+                       and not any(part.startswith(".") for part in p.relative_to(local).parts))
         if not found:
-            raise UserError(f"{local} holds no data files. Expected e.g. train.jsonl and test.jsonl (also .json, "
-                            ".csv, .tsv or .parquet, compressed too), a folder written by datasets' save_to_disk, "
-                            "or a single file.")
+            raise UserError(f"{local} holds no data files. Expected e.g. train.jsonl and test.jsonl, each {KINDS}, "
+                            "a folder written by datasets' save_to_disk, or a single file.")
         files = {}
         for p in found:
             if _split_of(p):
@@ -229,7 +236,11 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
     import datasets
 
     feature = splits["train"].features[column]
-    values = {split: list(d[column]) for split, d in splits.items()}
+    values = {split: [_label(v) for v in d[column]] for split, d in splits.items()}
+    if any(v is None for split_values in values.values() for v in split_values):
+        split, row = next((s, i) for s, vs in values.items() for i, v in enumerate(vs) if v is None)
+        raise UserError(f"Row {row} of the {split} split of {path!r} (and maybe others) has no label in column "
+                        f"{column!r}; drop those rows or label them.")
     if isinstance(feature, datasets.ClassLabel):
         names = dict(enumerate(feature.names))
     elif all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values["train"]):
@@ -243,8 +254,6 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
         example = next(v for v in values["train"] if not isinstance(v, int | str) or isinstance(v, bool))
         raise UserError(f"The labels in column {column!r} of {path!r} are neither integer ids nor strings (e.g. "
                         f"{example!r}, {type(example).__name__}); give class ids, class names, or a ClassLabel.")
-    if any(v is None for split_values in values.values() for v in split_values):
-        raise UserError(f"Some rows of {path!r} have no label in column {column!r}; drop them or label them.")
     classes = sorted(set(values["train"]))  # by id, or by name for string labels
     if len(classes) < 2:
         raise UserError(f"The train split of {path!r} has a single class ({names.get(classes[0], classes[0])!r}); "
@@ -256,6 +265,18 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
             raise UserError(f"The {split} split of {path!r} has label(s) {unknown[:5]} that the train split never "
                             "has; nothing can learn them. Drop those rows or add training texts for them.")
     return [str(names.get(c, c)) for c in classes], {s: [index[v] for v in vs] for s, vs in values.items()}
+
+
+def _label(value):
+    """A label as read: a missing one (null, or an empty CSV cell read as NaN) is None, a whole float (a CSV column
+    with gaps reads as floats) the integer it stands for, a boolean its name."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return int(value)
+    return value
 
 
 def _offline_hint() -> str:
@@ -289,8 +310,9 @@ def _from_hub(path: str, name: str | None = None):
 
 
 def _looks_like_a_path(path: str) -> bool:
-    # A hub id is `name` or `owner/name`; anything else with a separator or a leading dot/tilde is meant as a folder.
-    return path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
+    # A hub id is `name` or `owner/name`; a data file's name, a separator or a leading dot/tilde mean a local path.
+    return (path.startswith((".", "/", "~")) or path.count("/") > 1 or "\\" in path
+            or _data_suffix(Path(path)) is not None)
 
 
 def _take(split: Split, idx) -> Split:
