@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mha_textclf import cli
-from mha_textclf.data import load_corpus, make_loader
-from mha_textclf.model import ModelConfig, TextClassifier
-from mha_textclf.tokenizer import encode, get_tokenizer
+from mha_textclf.model import TextClassifier
+from mha_textclf.tokenizer import get_tokenizer
 from mha_textclf.training import seed_everything
+from train import build_model, load_data, make_loaders
 
 STEPS, WARMUP = 8, 2
 
@@ -34,20 +34,16 @@ def step(model: TextClassifier, optimizer: torch.optim.Optimizer, batch: dict) -
 def main(argv: list[str]) -> int:
     settings = cli.compose_settings("train", argv)
     seed_everything(settings.seed)
-    corpus = load_corpus(settings.data, settings.seed)
+    corpus = load_data(settings)  # as train does: the same batches, the same model
     tokenizer = get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
-    loader = make_loader(encode(tokenizer, corpus.train.texts, settings.data.max_length), corpus.train.labels,
-                         settings.trainer.batch_size, tokenizer.pad_token_id, shuffle=True, seed=settings.seed,
-                         group_by_length=settings.data.group_by_length)
+    loader = make_loaders(settings, corpus, tokenizer, torch.device("cpu"))["train"]
     batches = [batch for _, batch in zip(range(STEPS + WARMUP), loader, strict=False)]
-    config = ModelConfig(**vars(settings.model), vocab_size=len(tokenizer), n_classes=len(corpus.class_names),
-                         pe=settings.pe, max_length=settings.data.max_length, pad_id=tokenizer.pad_token_id)
     print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, token dropout "
           f"{settings.model.token_dropout}, batch {settings.trainer.batch_size}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}\n")
     for compact in (False, True):
         torch.manual_seed(0)
-        model = TextClassifier(config).train()
+        model = build_model(settings, corpus, tokenizer).train()
         model.compact = compact
         optimizer = torch.optim.AdamW(model.parameters(), lr=settings.trainer.lr)
         for batch in batches[:WARMUP]:

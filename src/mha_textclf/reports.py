@@ -35,7 +35,7 @@ def append_history(path: Path, row: dict) -> None:
         writer.writerow(row)
 
 
-METRICS_FORMAT = "mha-textclf-metrics/1"
+METRICS_FORMAT = "mha-textclf-metrics/2"  # /2: dataset, splits, train_samples, stages, time_to_accuracy
 
 
 @dataclass

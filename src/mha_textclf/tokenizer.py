@@ -135,13 +135,15 @@ def count_words(texts: Iterable[str], backend: Tokenizer) -> Counter[str]:
 
 def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], prefix: str = "##",
                     max_word_length: int = 100) -> list[str]:
-    """The WordPiece vocabulary, learned the way the tokenizers library learns it (frequency-ranked merges of
-    adjacent symbols, as in BPE), but with ties broken by the tokens' text.
+    """The WordPiece vocabulary, learned by the algorithm of the tokenizers library's WordPiece trainer (merge the
+    most frequent pair of adjacent symbols, as BPE does, until the vocabulary is full), but with ties broken by the
+    tokens' text.
 
     The library breaks ties by token id, and numbers the `##` tokens in hash-map order, which Rust seeds anew in
-    every process: the same texts then give different vocabularies on small corpora and different ids on large ones.
-    Here the same words always give the same list: the special tokens, every character (and, where it occurs
-    inside a word, its `##` form) in code-point order, then each merged token in the order it was learned.
+    every process: the same texts then give different vocabularies on small corpora and different ids on large ones
+    (on bbc-news, 995 of 1000 tokens are the library's; the other 5 won ties the other way). Here the same words
+    always give the same list: the special tokens; every character, in code-point order; the `##` form of every
+    character that occurs inside a word, in code-point order; then each merged token in the order it was learned.
     """
     words = {w: n for w, n in words.items() if len(w) <= max_word_length}  # longer words encode as [UNK] anyway
     alphabet = sorted({c for w in words for c in w}) + sorted({prefix + c for w in words for c in w[1:]})
