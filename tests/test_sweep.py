@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO, compose_config, require, run_train, write_jsonl
 from mha_textclf.reports import RunMetrics, SplitMetrics
-from mha_textclf.summary import groups_table, plot_loss_curves, runs_table, write_summary
+from mha_textclf.summary import groups_table, plot_loss_curves, runs_table, summary_markdown, write_summary
 from mha_textclf.tokenizer import load_tokenizer
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
@@ -100,8 +100,12 @@ def test_datasets_are_compared_side_by_side(tmp_path):
 def test_baselines_without_pe_form_groups_too(tmp_path):
     for seed in (0, 1):
         fake_run(tmp_path / f"{seed}_tfidf", model="tfidf-words", seed=seed, pe=None)
-    groups = groups_table(runs_table(tmp_path))
+        (tmp_path / f"{seed}_tfidf" / "history.csv").unlink()  # a baseline has no epochs
+    runs = runs_table(tmp_path)
+    groups = groups_table(runs)
     assert groups["model"].tolist() == ["tfidf-words"] and groups["runs"].tolist() == [2]
+    group_row = summary_markdown(runs, groups).split("## Runs")[0].splitlines()[-2]
+    assert "nan" not in group_row and "None" not in group_row and "| tfidf-words |  | 2 |" in group_row
 
 
 def test_runs_with_different_settings_are_never_averaged_together(tmp_path):

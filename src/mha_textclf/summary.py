@@ -164,7 +164,8 @@ def summary_markdown(runs: pd.DataFrame, groups: pd.DataFrame) -> str:
 def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     def pm(metric: str, fmt: str) -> pd.Series:
         # A single seed has no spread to report: show its value alone rather than a misleading "± 0".
-        return pd.Series([f"{m:{fmt}}" if pd.isna(s) else f"{m:{fmt}} ± {s:{fmt}}"
+        # A baseline has no epochs: its blank stays blank.
+        return pd.Series(["" if pd.isna(m) else f"{m:{fmt}}" if pd.isna(s) else f"{m:{fmt}} ± {s:{fmt}}"
                           for m, s in zip(groups[f"{metric}_mean"], groups[f"{metric}_std"], strict=True)])
 
     def reached(column: str) -> pd.Series:
@@ -176,12 +177,13 @@ def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     times = {f"s to val acc {c.removeprefix(SECONDS_TO)}": reached(c) for c in levels}
     settings = {c: groups[c] for c in settings}
     return pd.DataFrame({
-        "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"], **settings,
+        "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"].replace("None", ""), **settings,
         "runs": groups["runs"],
         "val accuracy": pm("val_accuracy", ".4f"), "test accuracy": pm("test_accuracy", ".4f"),
         "val macro-F1": pm("val_macro_f1", ".4f"), "test macro-F1": pm("test_macro_f1", ".4f"),
         "train s": pm("train_seconds", ".1f"), "median epoch s": pm("median_epoch_seconds", ".2f"),
-        "epoch time vs fastest": groups["epoch_time_vs_fastest"].map(lambda v: f"{v:.2f}×"), **times,
+        "epoch time vs fastest": groups["epoch_time_vs_fastest"].map(lambda v: "" if pd.isna(v) else f"{v:.2f}×"),
+        **times,
     })
 
 

@@ -126,7 +126,7 @@ def _pipeline(base: str | None) -> tuple[dict, dict[str, str]]:
 def count_words(texts: Iterable[str], backend: Tokenizer) -> Counter[str]:
     """How often each word occurs, words as the tokenizer's normalizer and pre-tokenizer make them."""
     words = Counter()
-    for text in tqdm(texts, desc="counting words", delay=2, leave=False):
+    for text in tqdm(texts, desc="counting words", delay=2, disable=None, leave=False):
         normalized = backend.normalizer.normalize_str(text) if backend.normalizer else text
         pieces = backend.pre_tokenizer.pre_tokenize_str(normalized) if backend.pre_tokenizer else [(normalized, 0)]
         words.update(word for word, _ in pieces)
@@ -162,7 +162,7 @@ def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], p
     # as its count (a rise pushes a new entry, a fall is noticed when the stale entry surfaces).
     heap = [(-n, vocab[a], vocab[b], a, b) for (a, b), n in pair_counts.items()]
     heapq.heapify(heap)
-    progress = tqdm(total=vocab_size, initial=len(vocab), desc="learning WordPiece", delay=2, leave=False)
+    progress = tqdm(total=vocab_size, initial=len(vocab), desc="learning WordPiece", delay=2, disable=None, leave=False)
     while len(vocab) < vocab_size and heap:
         stale_count, _, _, a, b = heapq.heappop(heap)
         count = pair_counts[a, b]
@@ -249,7 +249,7 @@ def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int
     """
     out = []
     for start in tqdm(range(0, len(texts), ENCODE_BATCH), desc="encoding", unit_scale=ENCODE_BATCH, delay=2,
-                      leave=False):
+                      disable=None, leave=False):
         batch = texts[start : start + ENCODE_BATCH]
         prefixes = [_prefix(text, max_length * CHARS_PER_TOKEN) for text in batch]
         ids = tokenizer(prefixes, truncation=True, max_length=max_length)["input_ids"]

@@ -253,7 +253,8 @@ def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, d
     start = time.perf_counter()
     total_loss, n_samples, n_tokens = 0.0, 0, 0
     lr = optimizer.param_groups[0]["lr"]
-    bar = tqdm(loader, desc=f"epoch {epoch}/{config.epochs}", leave=False, dynamic_ncols=True)
+    # disable=None: a bar on a terminal only; redirected to a file, its redraws would bury the log.
+    bar = tqdm(loader, desc=f"epoch {epoch}/{config.epochs}", leave=False, dynamic_ncols=True, disable=None)
     for step, batch in enumerate(bar, start=1):
         batch = _to(batch, device)
         with autocast(device, config.precision):
