@@ -35,7 +35,7 @@ def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summ
     assert runs["model"].tolist() == ["tfidf-words"] * 2 and set(runs["status"]) == {"ok"}
     metrics = RunMetrics.read(sweep / runs["run_dir"][0] / "metrics.json")
     assert metrics.val.n_samples == 307 and (sweep / runs["run_dir"][0] / "confusion_matrix_val.png").exists()
-    assert "| bbc-news | tfidf-words | None | 2 |" in (sweep / "summary.md").read_text()  # one group of two seeds
+    assert "| bbc-news | tfidf-words |  | 2 |" in (sweep / "summary.md").read_text()  # one group of two seeds, no pe
     result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "features=word"], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and "features=word: must be one of wordpiece, words" in result.stderr
