@@ -16,9 +16,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from mha_textclf import cli
 from mha_textclf.model import TextClassifier
+from mha_textclf.pipeline import build_model, load_data, make_loaders
 from mha_textclf.tokenizer import get_tokenizer
 from mha_textclf.training import seed_everything
-from train import build_model, load_data, make_loaders
 
 STEPS, WARMUP = 8, 2
 

@@ -4,7 +4,8 @@ real configs and trained in-process into the study's folder.
     python -m search                          # configs/hparams_search/accuracy.yaml, 40 trials
     python -m search n_trials=60              # the same study, resumed (after Ctrl-C) or extended
 
-`main` checks the command line against the schema (SearchSettings); `search` does the work with typed settings.
+`main` checks the command line against the schema (SearchSettings); `mha_textclf.tuning.search` does the work with
+typed settings.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from omegaconf import DictConfig
 
 from mha_textclf import cli
 from mha_textclf.errors import UserError
-from mha_textclf.settings import SearchSettings, TrainSettings, lookup
-from mha_textclf.tuning import InterruptedStudyError, run_search
-from train import train
+from mha_textclf.tuning import InterruptedStudyError, search
 
 log = logging.getLogger("search")
 
@@ -43,29 +42,6 @@ def hydra_main(cfg: DictConfig) -> None:
     except UserError as e:
         log.error(str(e))
         sys.exit(2)
-
-
-def search(settings: SearchSettings, study_dir: Path):
-    """Run the study; each trial composes `settings.train` plus its sampled values as `python -m train` would."""
-    cli.compose_settings("train", settings.train)  # the shared settings: every mistake now, not at the first trial
-    for key in settings.params:
-        found = lookup(TrainSettings, key)
-        if isinstance(found, str) and not (cli.CONFIG_DIR / key).is_dir():  # a config group (model) may vary too
-            raise UserError(f"params: {found}")
-
-    def train_trial(overrides: list[str], run_dir: Path, on_epoch_end):
-        run_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(run_dir / "train.log")  # each trial's folder has its log, as a run's has
-        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-        logging.getLogger().addHandler(handler)
-        try:
-            return train(cli.compose_settings("train", overrides), run_dir, overrides, sweep=f"study {settings.study}",
-                         on_epoch_end=on_epoch_end)
-        finally:
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-
-    return run_search(settings, study_dir, train_trial)
 
 
 if __name__ == "__main__":

@@ -5,64 +5,24 @@
 
 `main` is the command line: it checks the settings typed there against the schema (mha_textclf/settings.py), then
 Hydra composes configs/train.yaml. `hydra_main` reads what only Hydra knows (run folder, overrides, the launcher's
-share of the cores) and calls `train`, which takes typed settings, knows nothing of Hydra, and reads top to bottom:
-device, data, tokenizer, model, fit, reports, probes.
+share of the cores) and calls the pipeline, `mha_textclf.pipeline.train`, which takes typed settings and knows
+nothing of Hydra.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import shlex
 import signal
 import sys
-import time
-from collections.abc import Callable, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 import hydra
-import torch
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mha_textclf import cli
-from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
-from mha_textclf.checkpoint import load_training_state, save_checkpoint
-from mha_textclf.data import Corpus, load_corpus, make_loader
-from mha_textclf.errors import UserError
-from mha_textclf.inference import attention_map, order_probe
-from mha_textclf.model import ModelConfig, TextClassifier
-from mha_textclf.reports import (
-    RunMetrics,
-    append_history,
-    plot_attention,
-    plot_loss_curve,
-    slug,
-    split_report,
-    time_to_accuracy,
-    write_json,
-)
-from mha_textclf.settings import TrainSettings, flat, is_training_setting, show
-from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
-from mha_textclf.tracking import open_trackers
-from mha_textclf.training import (
-    FitResult,
-    StopOnSignal,
-    balanced_class_weights,
-    evaluate,
-    fit,
-    resolve_device,
-    seed_everything,
-)
-
-log = logging.getLogger("train")
-
-# Besides what is not trained (settings.NOT_TRAINING), a resumed run may train longer and find its data elsewhere.
-RESUMABLE_CHANGES = {"trainer.epochs", "data.path"}
+from mha_textclf.pipeline import train
 
 
 def main() -> None:
@@ -98,223 +58,6 @@ def launcher_threads(launcher: DictConfig) -> int | None:
     if "cpus_per_task" in launcher and launcher.cpus_per_task:
         return launcher.cpus_per_task
     return None
-
-
-def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (), threads: int | None = None,
-          sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None) -> RunMetrics:
-    """Train, evaluate on val and test, and write the run folder `run_dir` (see README, "What a run leaves behind").
-
-    `overrides` are the command-line settings, recorded so that an interrupted run can say how to resume it;
-    `threads` is the launcher's share of the cores (trainer.num_threads wins); `sweep` names the sweep or study the
-    run belongs to (MLflow puts its runs in one experiment); `on_epoch_end(row)` runs once an epoch is on disk, and
-    stops training by returning true (the hyperparameter search prunes there).
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
-    device = resolve_device(settings.device)
-    state = resume_state(settings)
-    if settings.trainer.num_threads or threads:
-        torch.set_num_threads(settings.trainer.num_threads or threads)
-    seed_everything(settings.seed)
-    log.info(f"run folder {run_dir}  |  model={settings.model.attention} pe={settings.pe} seed={settings.seed} "
-             f"device={device}")
-
-    # The loggers (logger=...) close with the run: FINISHED, KILLED by a signal, or FAILED on any exception.
-    with open_trackers(settings.logger, run_dir, sweep) as trackers:
-        stage = Stages(device)
-        with stage("data"):
-            corpus = load_data(settings)
-        with stage("tokenizer"):
-            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state)
-        with stage("encode"):
-            loaders = make_loaders(settings, corpus, tokenizer, device)
-        model = build_model(settings, corpus, tokenizer).to(device)
-        trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
-                       {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
-                        "dataset": corpus.name} | ({"sweep": sweep} if sweep else {}))
-
-        # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after
-        # the current step; the reports below are still written, for the best finished epoch.
-        for row in state["history"] if state else []:  # a resumed run's folder tells the whole story
-            append_history(run_dir / "history.csv", row)
-        metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
-        weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
-                   if settings.trainer.class_weights == "balanced" else None)
-
-        def epoch_done(row: dict) -> bool | None:
-            append_history(run_dir / "history.csv", row)
-            trackers.log({"val/loss": row["val_loss"], "val/accuracy": row["val_accuracy"],
-                          "train/epoch_loss": row["train_loss"], "time/train_seconds": row["train_seconds"],
-                          "time/eval_seconds": row["eval_seconds"]}, step=row["epoch"])
-            return on_epoch_end(row)
-
-        with StopOnSignal() as stop:
-            with stage("fit"):
-                result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
-                             state_path=run_dir / "last.pt", best_path=run_dir / "best.pt",
-                             class_names=corpus.class_names, class_weights=weights, resume_state=state,
-                             metadata=metadata, on_epoch_end=epoch_done,
-                             on_step=lambda step, values: trackers.log(
-                                 {"train/loss": values["loss"], "train/lr": values["lr"]}, step))
-            with stage("reports"):
-                save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
-                metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
-                                        stage.record)
-                write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
-        metrics.stages = stage.record  # now with the reports' own stage
-        metrics.write(run_dir / "metrics.json")
-        trackers.finish(final_values(metrics), run_dir, "KILLED" if metrics.interrupted_by else "FINISHED")
-
-    status = f"INTERRUPTED by {metrics.interrupted_by} after epoch {metrics.epochs}, " if metrics.interrupted_by else ""
-    log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
-             f"train {metrics.train_seconds:.1f}s  ->  {run_dir}")
-    if metrics.interrupted_by:
-        log.info(f"continue with: python -m train {shlex.join(metadata['overrides'])} resume={run_dir}")
-    return metrics
-
-
-def final_values(metrics: RunMetrics) -> dict[str, float]:
-    """What trackers record of a finished run: the reported model's validation and test metrics, and its time."""
-    values = {f"final/{split}_{name}": value for split in ("val", "test")
-              for name, value in vars(getattr(metrics, split)).items() if isinstance(value, int | float)}
-    return values | {"final/train_seconds": metrics.train_seconds, "final/best_epoch": float(metrics.best_epoch or 0)}
-
-
-class Stages:
-    """Wall time and peak memory of each stage of a run, for metrics.json and the log: `with stage("data"): ...`.
-
-    Peak memory is the process's resident set at its highest during the stage; on a GPU, also the most torch
-    allocated there (peak_cuda_mb).
-    """
-
-    def __init__(self, device: torch.device):
-        self.devices = [torch.device("cpu")] + ([device] if device.type == "cuda" else [])
-        self.record = {}
-
-    @contextmanager
-    def __call__(self, name: str):
-        for device in self.devices:
-            reset_peak_memory(device)
-        start = time.perf_counter()
-        yield
-        self.record[name] = {"seconds": round(time.perf_counter() - start, 3)} | {
-            "peak_memory_mb" if device.type == "cpu" else "peak_cuda_mb": round(peak_memory_mb(device), 1)
-            for device in self.devices}
-        log.info(f"stage {name}: {self.record[name]['seconds']:.1f} s, peak memory "
-                 f"{self.record[name]['peak_memory_mb']:,.0f} MB")
-
-
-def resume_state(settings: TrainSettings) -> dict | None:
-    """The training state of the run to continue, after checking that this run asks for the same training."""
-    if settings.resume is None:
-        return None
-    state = load_training_state(Path(settings.resume).expanduser() / "last.pt")
-    saved, now = flat(state["metadata"]["config"]), flat(asdict(settings))
-    # A key only one side has is a setting added or removed since then: nothing the two runs can disagree on.
-    changed = sorted(k for k in saved.keys() & now.keys()
-                     if saved[k] != now[k] and is_training_setting(k) and k not in RESUMABLE_CHANGES)
-    if saved["trainer.epochs"] != now["trainer.epochs"] and now["trainer.schedule"] != "constant":
-        changed.append("trainer.epochs")  # a decaying schedule is laid out over the original epochs
-    if changed:
-        # Its own command line, plus the value it had for each setting it took by default (a default may have moved).
-        original = state["metadata"]["overrides"]
-        given = {o.split("=", 1)[0].lstrip("+~") for o in original}
-        repeat = original + [f"{k}={show(saved[k])}" for k in changed if k not in given]
-        differences = "; ".join(f"{k}={show(saved[k])} then, {show(now[k])} now" for k in changed)
-        raise UserError(f"resume={settings.resume} continues a run with other settings ({differences}). Resume it "
-                        f"with its own: python -m train {shlex.join(repeat)} resume={settings.resume}")
-    log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
-    return state
-
-
-def load_data(settings: TrainSettings) -> Corpus:
-    """Texts and class names from the dataset, its splits settled (see data.load_corpus)."""
-    corpus = load_corpus(settings.data, settings.seed)
-    shown = corpus.class_names[:10] + (["..."] if len(corpus.class_names) > 10 else [])
-    log.info(f"data {corpus.name}: {len(corpus.train)} train / {len(corpus.val)} val / {len(corpus.test)} test, "
-             f"{len(corpus.class_names)} classes {shown}")
-    for split, source in corpus.sources.items():
-        log.info(f"  {split}: {source}")
-    return corpus
-
-
-def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None):
-    """Trained on the training texts only (cached), and copied into the run folder. A resumed run keeps the
-    tokenizer it was trained with, whatever the cache holds now."""
-    if state:
-        tokenizer = load_tokenizer(Path(settings.resume).expanduser() / "tokenizer", settings.data.max_length)
-    else:
-        tokenizer = get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
-    tokenizer.save_pretrained(run_dir / "tokenizer")
-    return tokenizer
-
-
-def make_loaders(settings: TrainSettings, corpus: Corpus, tokenizer, device: torch.device) -> dict:
-    return {
-        name: make_loader(encode(tokenizer, split.texts, settings.data.max_length), split.labels,
-                          settings.trainer.batch_size, tokenizer.pad_token_id, shuffle=name == "train",
-                          seed=settings.seed, pin_memory=device.type == "cuda",
-                          group_by_length=settings.data.group_by_length)
-        for name, split in corpus.splits().items()
-    }
-
-
-def build_model(settings: TrainSettings, corpus: Corpus, tokenizer) -> TextClassifier:
-    """The chosen architecture plus what the pipeline derives: vocabulary from the tokenizer, classes from the data."""
-    config = ModelConfig(**asdict(settings.model), vocab_size=len(tokenizer), n_classes=len(corpus.class_names),
-                         pe=settings.pe, max_length=settings.data.max_length, pad_id=tokenizer.pad_token_id)
-    model = TextClassifier(config)
-    log.info(f"model: {model.num_parameters():,} parameters, vocab {config.vocab_size}")
-    return model
-
-
-def _title(settings: TrainSettings) -> str:
-    return f"{settings.model.attention}, pe={settings.pe}, seed={settings.seed}"
-
-
-def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier, corpus: Corpus, loaders: dict,
-                  result: FitResult, device: torch.device, stop: StopOnSignal,
-                  class_weights: torch.Tensor | None = None, stage_record: dict | None = None) -> RunMetrics:
-    """The reported model (lowest validation loss) on val, then on the test split, evaluated once; metrics.json.
-
-    A signal that arrives meanwhile (`stop` caught it) lets the reports finish and is recorded in metrics.json.
-    """
-    history = result.history
-    if history:
-        figure = plot_loss_curve(history, title=_title(settings), reported_epoch=result.best_epoch)
-        figure.savefig(run_dir / "loss_curve.png", dpi=120)
-    splits = {}
-    source = f"{settings.model.attention}, pe={settings.pe} on {corpus.name}"
-    for split in ("val", "test"):
-        evaluation = evaluate(model, loaders[split], device, settings.trainer.precision, class_weights)
-        splits[split] = split_report(run_dir, split, evaluation.labels, evaluation.predictions, evaluation.loss,
-                                     corpus.class_names, source)
-    train_seconds = sum(row["train_seconds"] for row in history)
-    metrics = RunMetrics(
-        model=settings.model.attention, pe=settings.pe, seed=settings.seed, dataset=corpus.name,
-        splits=corpus.sources, train_samples=len(corpus.train), val=splits["val"], test=splits["test"],
-        class_names=corpus.class_names, params=model.num_parameters(), train_seconds=train_seconds,
-        eval_seconds=sum(row["eval_seconds"] for row in history), epochs=len(history),
-        best_epoch=result.best_epoch, stopped_early=result.stopped_early, interrupted_by=stop.signal,
-        tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
-        vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
-        time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),
-        stages=dict(stage_record or {}))
-    metrics.write(run_dir / "metrics.json")
-    return metrics
-
-
-def write_probes(settings: TrainSettings, run_dir: Path, model: TextClassifier, tokenizer,
-                 class_names: list[str]) -> None:
-    """What the heads attend to, and whether word order changes the prediction (it cannot without PE)."""
-    for text in settings.probes.attention:
-        tokens, weights = attention_map(model, tokenizer, text)
-        figure = plot_attention(tokens, weights, title=f"{_title(settings)}: {text!r}")
-        figure.savefig(run_dir / f"attention_{slug(text)}.png")
-    if settings.probes.order:
-        probe = order_probe(model, tokenizer, class_names, settings.probes.order)
-        write_json(run_dir / "order_probe.json", probe)
-        log.info(f"order probe {probe['texts']}: max |Δp| = {probe['max_abs_difference']:.3g}")
 
 
 if __name__ == "__main__":

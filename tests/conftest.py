@@ -89,7 +89,7 @@ def settings_for(*overrides: str, app: str = "train"):
 
 def train_in_process(run_dir: Path, *overrides: str, data_dir: Path, **kwargs):
     """`python -m train <overrides>` without a subprocess: the real configs, composed, then train() into run_dir."""
-    from train import train
+    from mha_textclf.pipeline import train
 
     return train(settings_for(f"data.path={data_dir}", *overrides), run_dir, overrides=list(overrides), **kwargs)
 

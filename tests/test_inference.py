@@ -11,10 +11,9 @@ import torch
 from conftest import run_cli, run_train, settings_for, train_in_process
 from mha_textclf.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from mha_textclf.errors import UserError
-from mha_textclf.inference import attention_map, load_run, order_probe, predict_proba
+from mha_textclf.inference import attention_map, load_run, order_probe, predict, predict_proba
 from mha_textclf.reports import plot_attention
 from mha_textclf.tokenizer import encode
-from predict import predict
 
 PROBES = ["how are you", "you how are"]
 

@@ -11,8 +11,8 @@ import time
 import pytest
 import yaml
 
-import train as train_module
 from conftest import REPO, train_in_process
+from mha_textclf import pipeline as train_module
 from mha_textclf.checkpoint import load_training_state
 from mha_textclf.errors import UserError
 from mha_textclf.reports import RunMetrics

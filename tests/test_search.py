@@ -8,14 +8,18 @@ import signal
 
 import pytest
 
-import train as train_module
 from conftest import optional, settings_for
+from mha_textclf import pipeline as train_module
 from mha_textclf.errors import UserError
 
 optuna = optional("optuna", "hpo")
 
-from mha_textclf.tuning import InterruptedStudyError, as_override, search_space  # noqa: E402
-from search import search  # noqa: E402
+from mha_textclf.tuning import (  # noqa: E402
+    InterruptedStudyError,
+    as_override,
+    search,
+    search_space,
+)
 
 
 def test_hydra_sweep_expressions_become_optuna_distributions():

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-import train as train_module
 from conftest import REPO, run_train, settings_for, train_in_process
+from mha_textclf import pipeline as train_module
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
 from mha_textclf.errors import UserError
@@ -210,7 +210,7 @@ def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbe
 @pytest.mark.slow
 def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path):
     """A third-party corpus in the shape it comes in trains end to end, and predict speaks its class names."""
-    from predict import predict
+    from mha_textclf.inference import predict
 
     topics = {"earn": 30, "acq": 20, "crude": 6, "grain": 4}
     folder = tmp_path / "newswire"

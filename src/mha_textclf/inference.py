@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,11 @@ from mha_textclf.checkpoint import load_checkpoint
 from mha_textclf.data import collate
 from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
+from mha_textclf.settings import PredictSettings
 from mha_textclf.tokenizer import encode, load_tokenizer
+from mha_textclf.training import resolve_device
+
+log = logging.getLogger("predict")
 
 
 @dataclass
@@ -84,3 +89,37 @@ def order_probe(model: TextClassifier, tokenizer, class_names: list[str], texts:
                                                                                                   strict=True)},
         "max_abs_difference": float(np.abs(probabilities - probabilities[0]).max()),
     }
+
+
+def read_texts(text: str | list[str] | None, file: str | None) -> list[str]:
+    texts = [text] if isinstance(text, str) else list(text or [])
+    if file is not None:
+        path = Path(file).expanduser()
+        if not path.is_file():
+            raise UserError(f"file={file} does not exist; give a text file with one text per line.")
+        texts += [line for line in path.read_text().splitlines() if line.strip()]
+    if not texts:
+        raise UserError("Nothing to predict: give text='[\"first text\",\"second text\"]' or file=<path>.")
+    return texts
+
+
+def check_out(out: str | None) -> None:
+    """Before any work: `out` must be a file in an existing folder."""
+    if out is None:
+        return
+    path = Path(out).expanduser()
+    if path.is_dir() or not path.parent.is_dir():
+        why = "is a folder" if path.is_dir() else f"is in {path.parent}, which does not exist"
+        raise UserError(f"out={out} {why}; give a file name in an existing folder, e.g. out=predictions.csv.")
+
+
+def predict(settings: PredictSettings) -> pd.DataFrame:
+    """One row per text: its class probabilities and the predicted class (written to `settings.out` too)."""
+    check_out(settings.out)
+    texts = read_texts(settings.text, settings.file)
+    run = load_run(settings.run_dir, resolve_device(settings.device))
+    table = probability_table(texts, predict_proba(run.model, run.tokenizer, texts), run.class_names)
+    if settings.out is not None:
+        table.to_csv(settings.out, index=False)
+        log.info(f"wrote {settings.out}")
+    return table

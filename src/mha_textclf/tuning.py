@@ -23,9 +23,11 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 
+from mha_textclf import cli
 from mha_textclf.errors import UserError
+from mha_textclf.pipeline import train
 from mha_textclf.reports import RunMetrics
-from mha_textclf.settings import SearchSettings
+from mha_textclf.settings import SearchSettings, TrainSettings, lookup
 
 log = logging.getLogger(__name__)
 
@@ -212,3 +214,26 @@ def write_study_reports(study, study_dir: Path, seconds: float) -> None:
         plt.close(figure)
     log.info(f"best trial {best.number}: val accuracy {best.value:.4f} with {best.params}\n"
              f"reproduce it: {best.user_attrs.get('command')}\ntrials: {counts}, this session {seconds:.0f} s")
+
+
+def search(settings: SearchSettings, study_dir: Path):
+    """Run the study; each trial composes `settings.train` plus its sampled values as `python -m train` would."""
+    cli.compose_settings("train", settings.train)  # the shared settings: every mistake now, not at the first trial
+    for key in settings.params:
+        found = lookup(TrainSettings, key)
+        if isinstance(found, str) and not (cli.CONFIG_DIR / key).is_dir():  # a config group (model) may vary too
+            raise UserError(f"params: {found}")
+
+    def train_trial(overrides: list[str], run_dir: Path, on_epoch_end):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(run_dir / "train.log")  # each trial's folder has its log, as a run's has
+        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+        logging.getLogger().addHandler(handler)
+        try:
+            return train(cli.compose_settings("train", overrides), run_dir, overrides, sweep=f"study {settings.study}",
+                         on_epoch_end=on_epoch_end)
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+    return run_search(settings, study_dir, train_trial)
