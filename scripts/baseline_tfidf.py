@@ -25,7 +25,7 @@ def main() -> None:
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="baseline")
 def hydra_main(cfg: DictConfig) -> float | None:
-    metrics = cli.run_job(lambda run_dir: run_baseline(cli.to_settings(cfg), run_dir))
+    metrics = cli.run_job(lambda run_dir, record: run_baseline(cli.to_settings(cfg), run_dir))
     return None if metrics is None else metrics.val.accuracy
 
 

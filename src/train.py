@@ -38,7 +38,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
     overrides, threads = list(hydra_cfg.overrides.task), launcher_threads(hydra_cfg.launcher)
     # The jobs of one sweep share one MLflow experiment, named after the sweep's folder.
     sweep = f"sweep {Path(hydra_cfg.sweep.dir).name}" if hydra_cfg.mode == RunMode.MULTIRUN else None
-    metrics = cli.run_job(lambda run_dir: train(cli.to_settings(cfg), run_dir, overrides, threads, sweep))
+    metrics = cli.run_job(lambda run_dir, record: train(cli.to_settings(cfg), run_dir, overrides, threads, sweep,
+                                                        on_start=record), cfg)
     if metrics is None:
         return None
     if metrics.interrupted_by:

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from mha_textclf import settings as schema
-from mha_textclf.errors import UserError
+from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.summary import write_summary
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -233,20 +233,41 @@ def _message(found: list[str]) -> str:
     return "\n  ".join([head, *found])
 
 
-def run_job(job: Callable[[Path], T]) -> T | None:
-    """Run one Hydra job, `job(run_dir)`, so that a failure is reported once and recorded where the run is.
+def run_job(job: Callable[[Path, Callable[[], None]], T], cfg: DictConfig | None = None) -> T | None:
+    """Run one Hydra job, `job(run_dir, record)`, so that a failure is reported once and recorded where the run is.
 
-    Bad input (UserError): its message, error.txt in the run folder, exit 2. Anything else: the traceback, and
+    With `cfg`, Hydra's record of the job (.hydra/: config.yaml, hydra.yaml, overrides.yaml) is written by `record()`
+    rather than by Hydra at start-up (configs/train.yaml sets hydra.output_subdir=null): the job calls it once the
+    folder is its own, so a refused start leaves a folder holding another run as it was.
+
+    Bad input (UserError): its message, error.txt in the run folder, exit 2; a RunFolderError (the folder is
+    another run's or another process's) is not written into that folder. Anything else: the traceback, and
     error.txt too. In a sweep a failed job must not take the others down: Hydra would re-raise only after the last
     job and skip the end-of-sweep summary, so a failed job returns None and the summary lists it.
     """
     hydra_cfg = HydraConfig.get()
     run_dir, in_sweep = Path(hydra_cfg.runtime.output_dir), hydra_cfg.mode == RunMode.MULTIRUN
+
+    def record() -> None:
+        if cfg is not None and not (run_dir / ".hydra" / "hydra.yaml").exists():
+            (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+            OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), run_dir / ".hydra" / "hydra.yaml")
+            OmegaConf.save(hydra_cfg.overrides.task, run_dir / ".hydra" / "overrides.yaml")
+
+    def record_failure(message: str) -> None:
+        record()
+        (run_dir / "error.txt").write_text(message + "\n")
+
     try:
-        return job(run_dir)
+        return job(run_dir, record)
+    except RunFolderError as e:
+        log.error(str(e))
+        if not in_sweep:
+            sys.exit(2)
     except UserError as e:
         log.error(str(e))
-        (run_dir / "error.txt").write_text(str(e) + "\n")
+        record_failure(str(e))
         if not in_sweep:
             sys.exit(2)
     except KeyboardInterrupt:
@@ -255,7 +276,7 @@ def run_job(job: Callable[[Path], T]) -> T | None:
         log.error("interrupted before there was anything to report (or a second time): stopped")
         sys.exit(130)
     except Exception as e:
-        (run_dir / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
+        record_failure(f"{type(e).__name__}: {e}")
         if not in_sweep:
             raise
         log.exception("job failed")  # the traceback goes to this job's log file

@@ -16,12 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-import yaml
 
+from mha_textclf import run_folder
 from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
-from mha_textclf.checkpoint import load_training_state, save_checkpoint
+from mha_textclf.checkpoint import save_checkpoint
 from mha_textclf.data import Corpus, load_corpus, make_loader
-from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, order_probe
 from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.reports import (
@@ -34,7 +33,7 @@ from mha_textclf.reports import (
     time_to_accuracy,
     write_json,
 )
-from mha_textclf.settings import TrainSettings, flat, is_training_setting, show
+from mha_textclf.settings import TrainSettings, flat
 from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
 from mha_textclf.tracking import open_trackers
 from mha_textclf.training import (
@@ -49,23 +48,41 @@ from mha_textclf.training import (
 
 log = logging.getLogger("train")
 
-# Besides what is not trained (settings.NOT_TRAINING), a resumed run may train longer and find its data elsewhere.
-RESUMABLE_CHANGES = {"trainer.epochs", "data.path"}
-
-
 def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (), threads: int | None = None,
-          sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None) -> RunMetrics:
+          sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None,
+          on_start: Callable[[], None] = lambda: None) -> RunMetrics:
     """Train, evaluate on val and test, and write the run folder `run_dir` (see README, "What a run leaves behind").
 
-    `overrides` are the command-line settings, recorded so that an interrupted run can say how to resume it;
-    `threads` is the launcher's share of the cores (trainer.num_threads wins); `sweep` names the sweep or study the
-    run belongs to (MLflow puts its runs in one experiment); `on_epoch_end(row)` runs once an epoch is on disk, and
+    A folder that already holds this run is continued after its last finished epoch, or, finished, only reported
+    (see run_folder.py). `overrides` are the command-line settings, recorded so that an interrupted run can say how
+    to resume it; `threads` is the launcher's share of the cores (trainer.num_threads wins); `sweep` names the sweep
+    or study the run belongs to (MLflow puts its runs in one experiment); `on_start()` runs once the folder is this
+    run's (the entry point records Hydra's config there); `on_epoch_end(row)` runs once an epoch is on disk, and
     stops training by returning true (the hyperparameter search prunes there).
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
     device = resolve_device(settings.device)
-    state = resume_state(settings)
+    with run_folder.claim(run_dir, settings, list(overrides)) as start:
+        if start.finished is not None:
+            return start.finished
+        on_start()
+        try:
+            metrics, stop = _train(settings, run_dir, start, overrides, device, threads, sweep, on_epoch_end)
+        except BaseException as e:
+            # KeyboardInterrupt: a second Ctrl-C; SystemExit: a launcher's own signal handler ended the process.
+            interrupted = isinstance(e, KeyboardInterrupt | SystemExit)
+            run_folder.mark(run_dir, run_folder.INTERRUPTED if interrupted else run_folder.FAILED,
+                            message=f"{type(e).__name__}: {e}")
+            raise
+        run_folder.mark(run_dir, run_folder.INTERRUPTED if metrics.interrupted_by else run_folder.FINISHED,
+                        epochs_done=metrics.epochs, interrupted_by=metrics.interrupted_by)
+    stop.pass_on()  # under Slurm, submitit's handler of the preemption signal requeues the job and exits
+    return metrics
+
+
+def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, overrides: Sequence[str],
+           device: torch.device, threads: int | None, sweep: str | None,
+           on_epoch_end: Callable[[dict], bool | None]) -> tuple[RunMetrics, StopOnSignal]:
+    state = start.state
     if settings.trainer.num_threads or threads:
         torch.set_num_threads(settings.trainer.num_threads or threads)
     seed_everything(settings.seed)
@@ -78,7 +95,7 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
         with stage("data"):
             corpus = load_data(settings)
         with stage("tokenizer"):
-            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state)
+            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, start.in_place)
         with stage("encode"):
             loaders = make_loaders(settings, corpus, tokenizer, device)
         model = build_model(settings, corpus, tokenizer).to(device)
@@ -88,8 +105,6 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
 
         # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after
         # the current step; the reports below are still written, for the best finished epoch.
-        for row in state["history"] if state else []:  # a resumed run's folder tells the whole story
-            append_history(run_dir / "history.csv", row)
         metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
         weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
                    if settings.trainer.class_weights == "balanced" else None)
@@ -122,8 +137,9 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
              f"train {metrics.train_seconds:.1f}s  ->  {run_dir}")
     if metrics.interrupted_by:
-        log.info(f"continue with: python -m train {shlex.join(metadata['overrides'])} resume={run_dir}")
-    return metrics
+        log.info(f"continue with the same command (it continues in {run_dir}), or into a new folder: "
+                 f"python -m train {shlex.join(metadata['overrides'])} resume={run_dir}")
+    return metrics, stop
 
 
 def final_values(metrics: RunMetrics) -> dict[str, float]:
@@ -157,29 +173,6 @@ class Stages:
                  f"{self.record[name]['peak_memory_mb']:,.0f} MB")
 
 
-def resume_state(settings: TrainSettings) -> dict | None:
-    """The training state of the run to continue, after checking that this run asks for the same training."""
-    if settings.resume is None:
-        return None
-    state = load_training_state(Path(settings.resume).expanduser() / "last.pt")
-    saved, now = flat(state["metadata"]["config"]), flat(asdict(settings))
-    # A key only one side has is a setting added or removed since then: nothing the two runs can disagree on.
-    changed = sorted(k for k in saved.keys() & now.keys()
-                     if saved[k] != now[k] and is_training_setting(k) and k not in RESUMABLE_CHANGES)
-    if saved["trainer.epochs"] != now["trainer.epochs"] and now["trainer.schedule"] != "constant":
-        changed.append("trainer.epochs")  # a decaying schedule is laid out over the original epochs
-    if changed:
-        # Its own command line, plus the value it had for each setting it took by default (a default may have moved).
-        original = state["metadata"]["overrides"]
-        given = {o.split("=", 1)[0].lstrip("+~") for o in original}
-        repeat = original + [f"{k}={show(saved[k])}" for k in changed if k not in given]
-        differences = "; ".join(f"{k}={show(saved[k])} then, {show(now[k])} now" for k in changed)
-        raise UserError(f"resume={settings.resume} continues a run with other settings ({differences}). Resume it "
-                        f"with its own: python -m train {shlex.join(repeat)} resume={settings.resume}")
-    log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
-    return state
-
-
 def load_data(settings: TrainSettings) -> Corpus:
     """Texts and class names from the dataset, its splits settled (see data.load_corpus)."""
     corpus = load_corpus(settings.data, settings.seed)
@@ -191,9 +184,13 @@ def load_data(settings: TrainSettings) -> Corpus:
     return corpus
 
 
-def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None):
-    """Trained on the training texts only (cached), and copied into the run folder. A resumed run keeps the
-    tokenizer it was trained with, whatever the cache holds now."""
+def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None,
+                      in_place: bool = False):
+    """Trained on the training texts only (cached), and copied into the run folder. A continued run keeps the
+    tokenizer it was trained with, whatever the cache holds now (in place, it is already in the folder: not written
+    again, so a kill cannot leave it half-written)."""
+    if in_place:
+        return load_tokenizer(run_dir / "tokenizer", settings.data.max_length)
     if state:
         tokenizer = load_tokenizer(Path(settings.resume).expanduser() / "tokenizer", settings.data.max_length)
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import platform
 import re
 import time
@@ -23,6 +24,16 @@ from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classificati
 HISTORY_COLUMNS = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr", "train_seconds", "eval_seconds",
                    "elapsed_train_seconds", "train_tokens"]
 LIBRARIES = ["torch", "transformers", "tokenizers", "datasets", "scikit-learn", "hydra-core", "numpy", "mha-textclf"]
+
+
+def write_history(path: Path, rows: list[dict]) -> None:
+    """history.csv holding exactly `rows` (atomically: a run that continues rewrites it from its last.pt)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=HISTORY_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
 
 
 def append_history(path: Path, row: dict) -> None:
@@ -186,7 +197,10 @@ def slug(text: str, max_length: int = 40) -> str:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n")
+    """Atomically (temporary file, then rename): a kill mid-write leaves the previous file, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 def library_versions() -> dict[str, str]:

@@ -162,6 +162,9 @@ class TrainSettings:
     seed: int = setting(0, "seeds the validation split, weight init, batch order and dropout", ge=0, lt=2**32)
     device: str = setting("auto", "auto (CUDA when available) | cpu | cuda | cuda:N")
     resume: str | None = setting(None, "a run folder to continue from its last.pt, into a new run folder")
+    overwrite: bool = setting(False, "start afresh in a run folder that holds a run (its results are deleted); "
+                                     "otherwise the same command continues or skips it, and other settings are "
+                                     "refused")
     time_to_accuracy: list[float] = setting(help="validation accuracies whose first arrival (in training seconds) "
                                                  "metrics.json and the summaries report",
                                             factory=lambda: [0.85, 0.9, 0.95])
@@ -214,8 +217,8 @@ class SearchSettings:
 
 # Keys that say where things are, how fast to go or what to report, never what is trained: a resumed run may change
 # them, and summaries do not group runs by them.
-NOT_TRAINING = ("resume", "device", "trainer.num_threads", "tokenizer.cache_dir", "probes.", "time_to_accuracy",
-                "logger.")
+NOT_TRAINING = ("resume", "overwrite", "device", "trainer.num_threads", "tokenizer.cache_dir", "probes.",
+                "time_to_accuracy", "logger.")
 
 
 def is_training_setting(key: str) -> bool:

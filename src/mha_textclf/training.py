@@ -101,34 +101,44 @@ class DivergenceError(UserError):
 class StopOnSignal:
     """While active, SIGINT/SIGTERM only set `self.signal`; the loop stops cleanly after the current step.
 
-    A second signal gets the default behaviour back (Ctrl-C twice aborts at once).
+    A second signal gets the default behaviour back (Ctrl-C twice aborts at once). SIGUSR2 is caught too where a
+    handler is already installed for it: submitit's, which Slurm's preemption and time-limit warning reach
+    (`scancel --signal=USR2`, `--signal=USR2@90`). Killing the job from inside that handler would lose the epoch in
+    progress at an arbitrary point; instead the run stops after the step, saves and reports, and `pass_on()` then
+    hands the signal to submitit, which requeues the job (it continues in the same folder) and exits.
     """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.signal: str | None = None
+        self._previous = {}
 
     def _handle(self, signum, frame):
         self.signal = signal.Signals(signum).name
-        log.warning(f"{self.signal} received: stopping after this step and writing reports (send it again to abort)")
-        for sig in self.SIGNALS:
-            signal.signal(sig, self._previous[sig])
+        what = "requeueing the job once reports are written" if signum == signal.SIGUSR2 else "writing reports"
+        log.warning(f"{self.signal} received: stopping after this step and {what} (send it again to abort)")
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
     def __enter__(self):
         # Python lets only the main thread install handlers; elsewhere (a threaded launcher) signals keep their
         # default behaviour.
-        self._active = threading.current_thread() is threading.main_thread()
-        if self._active:
-            self._previous = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
-            for sig in self.SIGNALS:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)}
+            if not callable(self._previous[signal.SIGUSR2]):
+                del self._previous[signal.SIGUSR2]  # nobody listens for it: its default (terminate) stays
+            for sig in self._previous:
                 signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc):
-        if self._active:
-            for sig in self.SIGNALS:
-                signal.signal(sig, self._previous[sig])
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def pass_on(self) -> None:
+        """Once the run's work is on disk: hand a caught SIGUSR2 to the handler that was installed for it."""
+        previous = self._previous.get(signal.SIGUSR2)
+        if self.signal == "SIGUSR2" and callable(previous):
+            previous(signal.SIGUSR2, None)
 
 
 def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:

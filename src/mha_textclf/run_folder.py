@@ -1,0 +1,215 @@
+"""A run folder's lifecycle: a folder knows its state, and a run started in a folder that holds one does what the
+user means.
+
+Runs get started again in the same folder all the time: a Slurm job is requeued after preemption, a sweep is run
+again after the laptop slept, the same command is typed twice. `status.json` records the state (running,
+interrupted, failed, finished) and `config.yaml` the settings, so a new start can decide:
+
+- the folder is new (or holds nothing of a run): train from scratch;
+- the same training settings, unfinished: continue after the last finished epoch (last.pt), in place;
+- the same settings, finished: train nothing, say so, and hand back the recorded metrics (a sweep counts the run);
+- other training settings: refuse before touching anything, naming the differences and the ways out.
+
+`last.pt` is the truth about finished epochs (written atomically after each one); history.csv is rewritten from it
+whenever a run continues, so it never holds an epoch twice whatever killed the previous attempt. An exclusive lock
+(flock on `.lock`, released by the kernel when a process dies, SIGKILL included) keeps two live processes out of one
+folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from shlex import join
+
+import yaml
+
+from mha_textclf.checkpoint import load_training_state
+from mha_textclf.errors import RunFolderError, UserError
+from mha_textclf.reports import RunMetrics, write_history, write_json
+from mha_textclf.settings import TrainSettings, flat, is_training_setting, show
+
+log = logging.getLogger("train")
+
+STATUS = "status.json"
+RUNNING, INTERRUPTED, FAILED, FINISHED = "running", "interrupted", "failed", "finished"
+# Besides what is not trained (settings.NOT_TRAINING), a continued run may train longer and find its data elsewhere.
+CONTINUABLE_CHANGES = {"trainer.epochs", "data.path"}
+# What a run writes here, and so what `overwrite=true` deletes. Hydra's own record (.hydra/) and the log it appends
+# to are the new run's already; anything else in the folder is not ours to delete.
+RUN_FILES = ("config.yaml", STATUS, "history.csv", "metrics.json", "model.pt", "best.pt", "last.pt", "error.txt",
+             "order_probe.json", "tokenizer", "tensorboard", "loss_curve.png", "classification_report_*",
+             "confusion_matrix_*", "attention_*.png")
+
+
+@dataclass
+class Start:
+    """What a run does in its folder: `state` is the training state to continue from (None: from scratch);
+    `finished` the recorded metrics of a run that has nothing left to train; `attempt` counts starts in the folder."""
+
+    state: dict | None = None
+    finished: RunMetrics | None = None
+    in_place: bool = False  # continuing this folder's own run (its tokenizer is already here)
+    attempt: int = 1
+
+
+def changed_settings(saved: dict, now: dict) -> list[str]:
+    """The training settings (flattened keys) on which two runs disagree, in the sense of continuing one with the
+    other: where things are, what is reported and a longer run with a constant learning rate do not count."""
+    # A key only one side has is a setting added or removed since then: nothing the two runs can disagree on.
+    changed = sorted(k for k in saved.keys() & now.keys()
+                     if saved[k] != now[k] and is_training_setting(k) and k not in CONTINUABLE_CHANGES)
+    if saved.get("trainer.epochs") != now.get("trainer.epochs") and now.get("trainer.schedule") != "constant":
+        changed.append("trainer.epochs")  # a decaying schedule is laid out over the original epochs
+    return changed
+
+
+def read_status(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / STATUS).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def mark(run_dir: Path, state: str, **fields) -> None:
+    """Record the folder's state (atomically: a kill mid-write leaves the previous status)."""
+    status = read_status(run_dir) | {"state": state, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | fields
+    write_json(run_dir / STATUS, status)
+
+
+def folder_state(run_dir: Path) -> str | None:
+    """running / interrupted / failed / finished, for readers such as the sweep summary. A folder marked running
+    whose lock nobody holds was killed (SIGKILL, node failure, a cancelled allocation): interrupted."""
+    state = read_status(run_dir).get("state")
+    if state == RUNNING and not _locked(run_dir):
+        return INTERRUPTED
+    return state
+
+
+@contextmanager
+def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Iterator[Start]:
+    """Hold `run_dir` for this process and decide how the run starts there (see the module's docstring).
+
+    Raises RunFolderError, before anything in the folder changes, when another live process holds it or it holds a
+    run with other training settings.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with _lock(run_dir):
+        start = _plan(run_dir, settings, overrides)
+        if start.finished is None:
+            if start.state is None or not start.in_place:
+                _clear(run_dir)  # a fresh start, or a continuation of another folder: nothing stale stays
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
+            if start.state is not None:  # history.csv tells the whole story up to the state continued from
+                write_history(run_dir / "history.csv", start.state["history"])
+            (run_dir / "error.txt").unlink(missing_ok=True)
+            mark(run_dir, RUNNING, attempt=start.attempt, pid=os.getpid(), host=socket.gethostname(),
+                 started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=len(start.state["history"])
+                 if start.state else 0)
+        yield start
+
+
+def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Start:
+    status = read_status(run_dir)
+    attempt = status.get("attempt", 0) + 1
+    has_run = (run_dir / "config.yaml").is_file()
+    if has_run and not settings.overwrite:
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        changed = changed_settings(flat(saved), flat(asdict(settings)))
+        if changed:
+            differences = "; ".join(f"{k}={show(flat(saved)[k])} there, {show(flat(asdict(settings))[k])} now"
+                                    for k in changed)
+            raise RunFolderError(
+                f"{run_dir} holds a run with other training settings ({differences}); nothing was changed. Choose "
+                "another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or start afresh "
+                "in this one with overwrite=true (its results are deleted).")
+        last = run_dir / "last.pt"
+        if status.get("state") == FINISHED and (run_dir / "metrics.json").is_file() and (
+                not last.is_file() or _epochs_of(saved) == settings.trainer.epochs):
+            log.info(f"{run_dir} already holds this run, finished: nothing to train (overwrite=true trains it again)")
+            return Start(finished=RunMetrics.read(run_dir / "metrics.json"), attempt=attempt - 1)
+        if last.is_file():
+            state = _load_state(last, f"continue the run in {run_dir}")
+            log.info(f"continuing the run in {run_dir} after epoch {state['epoch']} (attempt {attempt})")
+            return Start(state=state, in_place=True, attempt=attempt)
+        log.info(f"{run_dir} holds a run that finished no epoch: starting it afresh")
+        return Start(attempt=attempt)
+    if settings.overwrite and has_run:
+        log.info(f"overwrite=true: deleting the run in {run_dir} and starting afresh")
+    if settings.resume is not None:
+        return Start(state=resume_state(settings), attempt=1)
+    return Start(attempt=1)
+
+
+def _epochs_of(saved: dict) -> int | None:
+    return (saved.get("trainer") or {}).get("epochs")
+
+
+def _load_state(path: Path, what: str) -> dict:
+    try:
+        return load_training_state(path)
+    except UserError as e:
+        raise UserError(f"Cannot {what}: {e} To start it afresh instead: overwrite=true.") from e
+
+
+def resume_state(settings: TrainSettings) -> dict:
+    """The training state of another run folder (`resume=`), after checking that this run asks for the same
+    training; the message of a refusal is the command that resumes it."""
+    state = load_training_state(Path(settings.resume).expanduser() / "last.pt")
+    saved, now = flat(state["metadata"]["config"]), flat(asdict(settings))
+    changed = changed_settings(saved, now)
+    if changed:
+        # Its own command line, plus the value it had for each setting it took by default (a default may have moved).
+        original = state["metadata"]["overrides"]
+        given = {o.split("=", 1)[0].lstrip("+~") for o in original}
+        repeat = original + [f"{k}={show(saved[k])}" for k in changed if k not in given]
+        differences = "; ".join(f"{k}={show(saved[k])} then, {show(now[k])} now" for k in changed)
+        raise UserError(f"resume={settings.resume} continues a run with other settings ({differences}). Resume it "
+                        f"with its own: python -m train {join(repeat)} resume={settings.resume}")
+    log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
+    return state
+
+
+def _clear(run_dir: Path) -> None:
+    for pattern in RUN_FILES:
+        for path in run_dir.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+@contextmanager
+def _lock(run_dir: Path) -> Iterator[None]:
+    # flock, not a lock file's existence: the kernel releases it when the holder dies, so a SIGKILLed or preempted
+    # run never leaves the folder locked.
+    with (run_dir / ".lock").open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            status = read_status(run_dir)
+            raise RunFolderError(f"Another process (pid {status.get('pid', '?')} on {status.get('host', '?')}) is "
+                              f"running in {run_dir}. Wait for it to finish, stop it, or choose another folder "
+                              "(hydra.run.dir=<folder>).") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _locked(run_dir: Path) -> bool:
+    if not (run_dir / ".lock").exists():
+        return False
+    with (run_dir / ".lock").open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False

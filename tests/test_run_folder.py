@@ -1,0 +1,256 @@
+"""A run folder knows its state: the same command again continues, skips or refuses; a kill at any moment leaves a
+folder that continues to the uninterrupted result, every epoch once."""
+
+import csv
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import yaml
+
+from conftest import REPO, train_in_process
+from mha_textclf import run_folder, training
+from mha_textclf.errors import RunFolderError
+from mha_textclf.reports import RunMetrics
+
+# Dropout, token dropout, a warm-up + cosine schedule and length grouping carry RNG and schedule state across epochs:
+# continuing must restore all of it for the history to match the uninterrupted run's.
+COMMON = ["data.max_train_samples=40", "trainer.batch_size=8", "model.dropout=0.2", "model.token_dropout=0.5",
+          "trainer.warmup_epochs=1", "data.group_by_length=true", "trainer.epochs=3", "probes.attention=[]",
+          "pe=true"]
+COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr"]
+
+
+def rows(run_dir) -> list[dict]:
+    with (run_dir / "history.csv").open() as f:
+        return [{k: r[k] for k in COMPARED} for r in csv.DictReader(f)]
+
+
+def fingerprint(folder) -> dict:
+    """Every file's hash, but the log: Hydra appends each start's lines to train.log, a journal of the folder."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "train.log"}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    return run_dir, train_in_process(run_dir, *COMMON, data_dir=data_dir)
+
+
+def assert_same_as_uninterrupted(run_dir, metrics, uninterrupted):
+    reference_dir, reference = uninterrupted
+    assert rows(run_dir) == rows(reference_dir)  # bitwise on CPU, every epoch exactly once
+    assert (metrics.val, metrics.test, metrics.best_epoch) == (reference.val, reference.test, reference.best_epoch)
+    assert RunMetrics.read(run_dir / "metrics.json").test == reference.test
+    assert run_folder.read_status(run_dir)["state"] == run_folder.FINISHED
+
+
+@pytest.mark.slow
+def test_the_same_command_on_a_finished_folder_trains_nothing(data_dir, tmp_path, uninterrupted, monkeypatch):
+    run_dir = tmp_path / "run"
+    first = train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    before = fingerprint(run_dir)
+    monkeypatch.setattr(training, "_train_epoch", lambda *a, **k: pytest.fail("trained again"))
+    again = train_in_process(run_dir, *COMMON, "probes.order=[]", data_dir=data_dir)  # what is reported may differ
+    assert again == first
+    assert fingerprint(run_dir) == before
+    assert run_folder.folder_state(run_dir) == run_folder.FINISHED
+
+
+@pytest.mark.slow
+def test_other_settings_are_refused_before_anything_changes_and_overwrite_starts_afresh(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    before = fingerprint(run_dir)
+    with pytest.raises(RunFolderError, match=r"pe=true there, false now.*overwrite=true"):
+        train_in_process(run_dir, *COMMON[:-1], "pe=false", data_dir=data_dir)
+    assert fingerprint(run_dir) == before
+    (run_dir / "stale.txt").write_text("not the run's")
+    metrics = train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
+    assert metrics.pe is False and yaml.safe_load((run_dir / "config.yaml").read_text())["pe"] is False
+    assert len(rows(run_dir)) == 3 and (run_dir / "stale.txt").exists()  # only the run's own files are replaced
+
+
+# Each kill point runs the pipeline in a subprocess that SIGKILLs itself there: nothing of Python's cleanup runs.
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, "tests")
+    from conftest import train_in_process
+    from mha_textclf import checkpoint, pipeline, training
+    from pathlib import Path
+    point, run_dir, data_dir, *overrides = sys.argv[1:]
+    die = lambda: os.kill(os.getpid(), signal.SIGKILL)
+    if point == "mid-epoch":  # after the first step of epoch 2
+        real_epoch = training._train_epoch
+        def epoch(*args):
+            if args[6] == 2:
+                args = list(args)
+                args[9] = lambda step, values: die()
+            return real_epoch(*args)
+        training._train_epoch = epoch
+    elif point == "mid-save":  # while last.pt of epoch 2 is being written (history.csv already has its row)
+        real_save = checkpoint.atomic_save
+        def save(obj, path):
+            if path.name == "last.pt" and obj["epoch"] == 2:
+                path.with_name(".last.pt.tmp").write_bytes(b"half a checkpoint")
+                die()
+            real_save(obj, path)
+        checkpoint.atomic_save = save
+    elif point == "mid-report":  # all epochs done, metrics.json written, probes not yet
+        pipeline.write_probes = lambda *args: die()
+    train_in_process(Path(run_dir), *overrides, data_dir=Path(data_dir))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["mid-epoch", "mid-save", "mid-report"])
+def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(point, data_dir, tmp_path,
+                                                                                uninterrupted):
+    run_dir = tmp_path / "run"
+    killed = subprocess.run([sys.executable, "-c", KILLER, point, str(run_dir), str(data_dir), *COMMON], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert run_folder.read_status(run_dir)["state"] == run_folder.RUNNING
+    assert run_folder.folder_state(run_dir) == run_folder.INTERRUPTED  # nobody holds its lock: it was killed
+    metrics = train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
+    assert run_folder.read_status(run_dir)["attempt"] == 2
+
+
+@pytest.mark.slow
+def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, uninterrupted):
+    run_dir = tmp_path / "run"
+    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
+    command = [sys.executable, "-m", "train", *COMMON[:-1], "trainer.epochs=3", "pe=true", f"hydra.run.dir={run_dir}"]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    while not (run_dir / "last.pt").exists() and process.poll() is None:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=600) == 143
+    assert run_folder.read_status(run_dir)["state"] == run_folder.INTERRUPTED
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "continuing the run in" in done.stdout
+    assert_same_as_uninterrupted(run_dir, RunMetrics.read(run_dir / "metrics.json"), uninterrupted)
+    assert "pe=true" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+
+
+@pytest.mark.slow
+def test_the_preemption_signal_stops_after_the_step_then_hands_over_to_the_launcher(data_dir, tmp_path,
+                                                                                     uninterrupted, monkeypatch):
+    """As under submitit: a handler is installed for SIGUSR2 (it requeues the job and exits). The run stops after
+    the current step, writes its folder, and only then calls that handler; the requeued job continues in place."""
+    run_dir, handed_over = tmp_path / "run", []
+    real_epoch = training._train_epoch
+
+    def epoch(*args):
+        if args[6] == 2:  # during epoch 2, after its first step
+            args = list(args)
+            args[9] = lambda step, values: os.kill(os.getpid(), signal.SIGUSR2)
+        return real_epoch(*args)
+
+    def launcher_handler(signum, frame):
+        handed_over.append((signum, run_folder.read_status(run_dir)["state"]))
+
+    previous = signal.signal(signal.SIGUSR2, launcher_handler)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(training, "_train_epoch", epoch)
+            metrics = train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert handed_over == [(signal.SIGUSR2, run_folder.INTERRUPTED)]  # once, after the folder was written
+    assert metrics.interrupted_by == "SIGUSR2" and metrics.epochs == 1 and len(rows(run_dir)) == 1
+    assert json.loads((run_dir / "metrics.json").read_text())["interrupted_by"] == "SIGUSR2"
+    metrics = train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
+
+
+def test_without_a_handler_for_it_sigusr2_is_not_caught():
+    """Outside a launcher that listens for it, SIGUSR2 keeps its default: no run pretends to be requeued."""
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+    with training.StopOnSignal():
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
+
+
+@pytest.mark.slow
+def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with run_folder._lock(run_dir), pytest.raises(RunFolderError, match=r"Another process .* is running in"):
+        train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    assert list(run_dir.iterdir()) == [run_dir / ".lock"]
+
+
+@pytest.mark.slow
+def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uninterrupted, monkeypatch):
+    run_dir = tmp_path / "run"
+    real_epoch = training._train_epoch
+
+    def epoch(*args):
+        if args[6] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_epoch(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "_train_epoch", epoch)
+        train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    metrics = train_in_process(run_dir, *COMMON, f"resume={run_dir}", data_dir=data_dir)
+    assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
+
+
+def sweep(sweep_dir, *extra, data_dir):
+    """`python -m train -m` over two variants into `sweep_dir`, started in the background."""
+    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
+    return subprocess.Popen([sys.executable, "-m", "train", "-m", "model=naive,efficient", *COMMON, *extra,
+                             f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_a_sweep_run_again_trains_only_what_is_not_finished(data_dir, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    first = sweep(sweep_dir, data_dir=data_dir)
+    while not any(run_folder.read_status(job).get("state") == run_folder.FINISHED for job in sweep_dir.glob("0_*")) \
+            and first.poll() is None:
+        time.sleep(0.01)
+    (job0,) = sweep_dir.glob("0_*")
+    first.kill()  # a crashed laptop: job 1 never finished, the sweep wrote no summary
+    first.wait()
+    before = fingerprint(job0)
+    again = sweep(sweep_dir, data_dir=data_dir)
+    output, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, output
+    assert f"{job0} already holds this run, finished: nothing to train" in output
+    assert fingerprint(job0) == before
+    assert "nothing to train" in (job0 / "train.log").read_text().splitlines()[-1]
+    (job1,) = sweep_dir.glob("1_*")
+    assert [int(r["epoch"]) for r in rows(job1)] == [1, 2, 3]
+    with (sweep_dir / "summary.csv").open() as f:
+        summary = list(csv.DictReader(f))
+    assert sorted((r["model"], r["status"]) for r in summary) == [("efficient", "ok"), ("naive", "ok")]
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_run_again_through_a_launcher_trains_nothing(data_dir, tmp_path):
+    """The same with submitit's local launcher: each job a process of its own, as on a cluster."""
+    launcher = ["hydra/launcher=submitit_local", "hydra.launcher.cpus_per_task=1",
+                f"hydra.launcher.submitit_folder={tmp_path}/submitit"]
+    sweep_dir = tmp_path / "sweep"
+    output, _ = sweep(sweep_dir, *launcher, data_dir=data_dir).communicate(timeout=600)
+    assert (sweep_dir / "summary.csv").exists(), output
+    before = {job: fingerprint(job) for job in sweep_dir.glob("[01]_*")}
+    again = sweep(sweep_dir, *launcher, data_dir=data_dir)
+    output, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, output
+    assert {job: fingerprint(job) for job in sweep_dir.glob("[01]_*")} == before
+    assert len(before) == 2 and all(run_folder.read_status(job)["attempt"] == 1 for job in before)
