@@ -66,7 +66,7 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
         return real_train(*args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr("search.train", train_interrupting_the_second_trial)
+        patch.setattr("mha_textclf.tuning.train", train_interrupting_the_second_trial)
         with pytest.raises(InterruptedStudyError, match="SIGINT"):
             search(tiny(tmp_path, data_dir), study_dir)
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
