@@ -7,6 +7,7 @@ directly.
 
 from __future__ import annotations
 
+import copy
 import logging
 import shlex
 import time
@@ -23,6 +24,7 @@ from mha_textclf.checkpoint import load_training_state, save_checkpoint
 from mha_textclf.data import Corpus, load_corpus, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, order_probe
+from mha_textclf.inputs import InputCache
 from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.reports import (
     RunMetrics,
@@ -54,13 +56,16 @@ RESUMABLE_CHANGES = {"trainer.epochs", "data.path"}
 
 
 def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (), threads: int | None = None,
-          sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None) -> RunMetrics:
+          sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None,
+          inputs: InputCache | None = None) -> RunMetrics:
     """Train, evaluate on val and test, and write the run folder `run_dir` (see README, "What a run leaves behind").
 
     `overrides` are the command-line settings, recorded so that an interrupted run can say how to resume it;
     `threads` is the launcher's share of the cores (trainer.num_threads wins); `sweep` names the sweep or study the
     run belongs to (MLflow puts its runs in one experiment); `on_epoch_end(row)` runs once an epoch is on disk, and
-    stops training by returning true (the hyperparameter search prunes there).
+    stops training by returning true (the hyperparameter search prunes there); `inputs` holds the corpus, tokenizer
+    and encodings of earlier runs in this process, to reuse where this run's settings decide them the same way (the
+    search's trials share one; without it everything is built afresh).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
@@ -69,6 +74,7 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     if settings.trainer.num_threads or threads:
         torch.set_num_threads(settings.trainer.num_threads or threads)
     seed_everything(settings.seed)
+    inputs = inputs or InputCache()
     log.info(f"run folder {run_dir}  |  model={settings.model.attention} pe={settings.pe} seed={settings.seed} "
              f"device={device}")
 
@@ -76,11 +82,11 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     with open_trackers(settings.logger, run_dir, sweep) as trackers:
         stage = Stages(device)
         with stage("data"):
-            corpus = load_data(settings)
+            corpus = inputs.get("corpus", settings, lambda: load_data(settings))
         with stage("tokenizer"):
-            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state)
+            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, inputs)
         with stage("encode"):
-            loaders = make_loaders(settings, corpus, tokenizer, device)
+            loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
         model = build_model(settings, corpus, tokenizer).to(device)
         trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
                        {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
@@ -191,20 +197,27 @@ def load_data(settings: TrainSettings) -> Corpus:
     return corpus
 
 
-def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None):
+def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None,
+                      inputs: InputCache | None = None):
     """Trained on the training texts only (cached), and copied into the run folder. A resumed run keeps the
     tokenizer it was trained with, whatever the cache holds now."""
     if state:
         tokenizer = load_tokenizer(Path(settings.resume).expanduser() / "tokenizer", settings.data.max_length)
     else:
-        tokenizer = get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
+        # A copy: encoding leaves its truncation settings on the tokenizer, and they would reach the next run's
+        # tokenizer.json.
+        tokenizer = copy.deepcopy((inputs or InputCache()).get("tokenizer", settings, lambda: get_tokenizer(
+            corpus.train.texts, settings.tokenizer, settings.data.max_length)))
     tokenizer.save_pretrained(run_dir / "tokenizer")
     return tokenizer
 
 
-def make_loaders(settings: TrainSettings, corpus: Corpus, tokenizer, device: torch.device) -> dict:
+def make_loaders(settings: TrainSettings, corpus: Corpus, tokenizer, device: torch.device,
+                 inputs: InputCache | None = None) -> dict:
+    encodings = (inputs or InputCache()).get("encodings", settings, lambda: {
+        name: encode(tokenizer, split.texts, settings.data.max_length) for name, split in corpus.splits().items()})
     return {
-        name: make_loader(encode(tokenizer, split.texts, settings.data.max_length), split.labels,
+        name: make_loader(encodings[name], split.labels,
                           settings.trainer.batch_size, tokenizer.pad_token_id, shuffle=name == "train",
                           seed=settings.seed, pin_memory=device.type == "cuda",
                           group_by_length=settings.data.group_by_length)
