@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO, optional, settings_for
 from mha_textclf import pipeline as train_module
 from mha_textclf.errors import UserError
+from mha_textclf.settings import MISSED_HEARTBEATS
 
 optuna = optional("optuna", "hpo")
 
@@ -297,6 +298,7 @@ def test_a_killed_worker_s_trial_is_failed_and_run_again_when_the_same_command_r
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     assert [t.state.name for t in load_tiny_study(study_dir).trials] == ["RUNNING"]  # what the kill leaves
+    time.sleep(MISSED_HEARTBEATS * 1 + 0.5)  # silent for 3 heartbeats by the time the same command starts again
 
     resumed = start_worker(command)
     log = resumed.communicate(timeout=600)[0]
