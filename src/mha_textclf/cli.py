@@ -55,6 +55,7 @@ EXAMPLES = {
     "search": """\
   python -m search                                   40 trials over configs/hparams_search/accuracy.yaml
   python -m search n_trials=60                       the same study, extended (or resumed after Ctrl-C)
+  python -m search num_threads=1                     in two terminals: two workers share the study, a core each
   python -m search study=no_pruning pruning=false    another study over the same space""",
 }
 

@@ -7,6 +7,7 @@ directly.
 
 from __future__ import annotations
 
+import copy
 import logging
 import shlex
 import time
@@ -22,6 +23,7 @@ from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
 from mha_textclf.checkpoint import save_checkpoint
 from mha_textclf.data import Corpus, load_corpus, make_loader
 from mha_textclf.inference import attention_map, order_probe
+from mha_textclf.inputs import InputCache
 from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.reports import (
     RunMetrics,
@@ -48,9 +50,10 @@ from mha_textclf.training import (
 
 log = logging.getLogger("train")
 
+
 def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (), threads: int | None = None,
           sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None,
-          on_start: Callable[[], None] = lambda: None) -> RunMetrics:
+          on_start: Callable[[], None] = lambda: None, inputs: InputCache | None = None) -> RunMetrics:
     """Train, evaluate on val and test, and write the run folder `run_dir` (see README, "What a run leaves behind").
 
     A folder that already holds this run is continued after its last finished epoch, or, finished, only reported
@@ -58,7 +61,9 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     to resume it; `threads` is the launcher's share of the cores (trainer.num_threads wins); `sweep` names the sweep
     or study the run belongs to (MLflow puts its runs in one experiment); `on_start()` runs once the folder is this
     run's (the entry point records Hydra's config there); `on_epoch_end(row)` runs once an epoch is on disk, and
-    stops training by returning true (the hyperparameter search prunes there).
+    stops training by returning true (the hyperparameter search prunes there); `inputs` holds the corpus, tokenizer
+    and encodings of earlier runs in this process, to reuse where this run's settings decide them the same way (the
+    search's trials share one; without it everything is built afresh).
     """
     device = resolve_device(settings.device)
     with run_folder.claim(run_dir, settings, list(overrides)) as start:
@@ -66,7 +71,8 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
             return start.finished
         on_start()
         try:
-            metrics, stop = _train(settings, run_dir, start, overrides, device, threads, sweep, on_epoch_end)
+            metrics, stop = _train(settings, run_dir, start, overrides, device, threads, sweep, on_epoch_end,
+                                   inputs or InputCache())
         except BaseException as e:
             # KeyboardInterrupt: a second Ctrl-C; SystemExit: a launcher's own signal handler ended the process.
             interrupted = isinstance(e, KeyboardInterrupt | SystemExit)
@@ -81,7 +87,7 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
 
 def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, overrides: Sequence[str],
            device: torch.device, threads: int | None, sweep: str | None,
-           on_epoch_end: Callable[[dict], bool | None]) -> tuple[RunMetrics, StopOnSignal]:
+           on_epoch_end: Callable[[dict], bool | None], inputs: InputCache) -> tuple[RunMetrics, StopOnSignal]:
     state = start.state
     if settings.trainer.num_threads or threads:
         torch.set_num_threads(settings.trainer.num_threads or threads)
@@ -93,11 +99,11 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
     with open_trackers(settings.logger, run_dir, sweep) as trackers:
         stage = Stages(device)
         with stage("data"):
-            corpus = load_data(settings)
+            corpus = inputs.get("corpus", settings, lambda: load_data(settings))
         with stage("tokenizer"):
-            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, start.in_place)
+            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, start.in_place, inputs)
         with stage("encode"):
-            loaders = make_loaders(settings, corpus, tokenizer, device)
+            loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
         model = build_model(settings, corpus, tokenizer).to(device)
         trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
                        {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
@@ -185,7 +191,7 @@ def load_data(settings: TrainSettings) -> Corpus:
 
 
 def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None,
-                      in_place: bool = False):
+                      in_place: bool = False, inputs: InputCache | None = None):
     """Trained on the training texts only (cached), and copied into the run folder. A continued run keeps the
     tokenizer it was trained with, whatever the cache holds now (in place, it is already in the folder: not written
     again, so a kill cannot leave it half-written)."""
@@ -194,14 +200,20 @@ def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, st
     if state:
         tokenizer = load_tokenizer(Path(settings.resume).expanduser() / "tokenizer", settings.data.max_length)
     else:
-        tokenizer = get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
+        # A copy: encoding leaves its truncation settings on the tokenizer, and they would reach the next run's
+        # tokenizer.json.
+        tokenizer = copy.deepcopy((inputs or InputCache()).get("tokenizer", settings, lambda: get_tokenizer(
+            corpus.train.texts, settings.tokenizer, settings.data.max_length)))
     tokenizer.save_pretrained(run_dir / "tokenizer")
     return tokenizer
 
 
-def make_loaders(settings: TrainSettings, corpus: Corpus, tokenizer, device: torch.device) -> dict:
+def make_loaders(settings: TrainSettings, corpus: Corpus, tokenizer, device: torch.device,
+                 inputs: InputCache | None = None) -> dict:
+    encodings = (inputs or InputCache()).get("encodings", settings, lambda: {
+        name: encode(tokenizer, split.texts, settings.data.max_length) for name, split in corpus.splits().items()})
     return {
-        name: make_loader(encode(tokenizer, split.texts, settings.data.max_length), split.labels,
+        name: make_loader(encodings[name], split.labels,
                           settings.trainer.batch_size, tokenizer.pad_token_id, shuffle=name == "train",
                           seed=settings.seed, pin_memory=device.type == "cuda",
                           group_by_length=settings.data.group_by_length)

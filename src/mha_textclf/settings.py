@@ -192,16 +192,31 @@ class BaselineSettings:
     seed: int = setting(0, "seeds the validation split, as in training", ge=0, lt=2**32)
 
 
+# A RUNNING trial whose worker has been silent for this many heartbeats (search's heartbeat_seconds) is taken for
+# dead: a worker under load may miss one, a killed worker misses them all.
+MISSED_HEARTBEATS = 3
+
+
 @dataclass
 class SearchSettings:
     """python -m search: a hyperparameter search with Optuna over a space from configs/hparams_search/."""
 
     study: str = setting(MISSING, "the study's name: its folder outputs/search/<study> and its record in storage")
-    storage: str = setting("sqlite:///outputs/optuna.db", "where the study is recorded (an SQLAlchemy URL). Run the "
-                                                          "same command again to resume an interrupted study, with "
-                                                          "more n_trials to extend it")
-    n_trials: int = setting(40, "finished (complete or pruned) trials the study should have", gt=0)
-    timeout_minutes: float | None = setting(None, "stop starting trials after this long; null: no limit", gt=0)
+    storage: str | None = setting(None, "where the study is recorded, and where workers started with the same "
+                                        "command meet: null, a journal file in the study's folder; another file "
+                                        "path, a journal file there; an SQLAlchemy URL (with ://), a database. Run "
+                                        "the same command again to resume an interrupted study, with more n_trials "
+                                        "to extend it")
+    n_trials: int = setting(40, "finished (complete or pruned) trials the study should have, whatever worker "
+                                "finished them; a worker runs at most this many more", gt=0)
+    timeout_minutes: float | None = setting(None, "this worker stops starting trials after this long; null: no "
+                                                  "limit", gt=0)
+    num_threads: int | None = setting(None, "torch threads for this worker's trials (workers sharing a machine "
+                                            "share its cores: 1 each on 2 cores for 2 workers); null: torch's "
+                                            "default, all cores. trainer.num_threads in train wins", gt=0)
+    heartbeat_seconds: int = setting(20, "while a trial runs, its worker says so this often; a trial silent for "
+                                         f"{MISSED_HEARTBEATS} heartbeats is taken for a killed worker's, failed, and "
+                                         "run again once", gt=0)
     train: list[str] = setting(help="the training settings every trial shares, as on the train command line",
                                factory=list)
     params: dict[str, str] = setting(help="the space: a training setting and its range in Hydra's sweep syntax: "
@@ -212,7 +227,8 @@ class SearchSettings:
                                   "of the earlier trials' at the same epoch")
     warmup_epochs: int = setting(2, "epochs every trial trains before it may be pruned", ge=0)
     startup_trials: int = setting(5, "trials before pruning starts (the median needs some)", ge=0)
-    seed: int = setting(0, "seeds the sampler (TPE); the trials' own seed is a training setting", ge=0, lt=2**32)
+    seed: int = setting(0, "seeds the sampler (TPE): trial n draws with seed + n, whatever worker runs it; the "
+                           "trials' own seed is a training setting", ge=0, lt=2**32)
 
 
 # Keys that say where things are, how fast to go or what to report, never what is trained: a resumed run may change

@@ -4,8 +4,9 @@
 The space comes in Hydra's own sweep syntax (interval, tag(log, ...), range, choice), as Hydra's Optuna sweeper
 reads it; the search itself is ours, because that plugin pins Optuna 2, fails on SQLite under SQLAlchemy 2, and
 cannot prune. TPE samples; a median pruner stops a trial whose validation loss, after a few epochs, is worse than
-the median of the earlier trials' at the same epoch; the study lives in SQLite, so an interrupted study resumes, and
-a finished one extends, when the same command runs again.
+the median of the earlier trials' at the same epoch. The study lives in a storage (by default a journal file in the
+study's folder), so an interrupted study resumes, and a finished one extends, when the same command runs again; and
+any number of processes started with that command (workers: terminals, Slurm array tasks) share it, see workers.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shlex
 import time
 import warnings
@@ -25,6 +27,7 @@ from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSw
 
 from mha_textclf import cli
 from mha_textclf.errors import UserError
+from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
 from mha_textclf.reports import RunMetrics
 from mha_textclf.settings import SearchSettings, TrainSettings, lookup
@@ -98,17 +101,18 @@ def suggest(trial, key: str, distribution) -> Any:
 
 
 def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[..., RunMetrics]):
-    """Run (or resume, or extend) the study until it has `n_trials` finished trials; write best.json, trials.csv
-    and the plots into `study_dir`; return the study.
+    """Run (or resume, or extend) the study until it has `n_trials` finished trials, together with any other worker
+    on it; write best.json, trials.csv and the plots of the whole study into `study_dir`; return the study.
 
     `train_trial(overrides, run_dir, on_epoch_end)` trains one trial with `settings.train` plus the trial's
-    overrides into `run_dir` and returns its metrics (python -m search passes train.train on composed settings).
+    overrides into `run_dir` and returns its metrics (python -m search passes pipeline.train on composed settings).
     """
     optuna = _optuna()
     space = search_space(settings.params)
     if not space:
         raise UserError("The search space is empty: give params (e.g. in configs/hparams_search/accuracy.yaml).")
-    study = _open_study(settings)
+    storage = settings.storage or str(study_dir / JOURNAL)
+    study = _open_study(settings, storage)
     study_dir.mkdir(parents=True, exist_ok=True)
 
     def objective(trial) -> float:
@@ -134,71 +138,102 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
             raise optuna.TrialPruned()
         return metrics.val.accuracy
 
-    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
-                                                       optuna.trial.TrialState.PRUNED)]
-    todo = settings.n_trials - len(finished)
-    log.info(f"study {settings.study} in {settings.storage}: {len(finished)} trials finished, {max(todo, 0)} to go")
+    from mha_textclf.workers import fail_stale_trials
+
+    fail_stale_trials(study)  # a killed worker's trial is neither finished nor to be waited for
+    finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    todo = settings.n_trials - len(study.get_trials(deepcopy=False, states=finished_states))
+    log.info(f"study {settings.study} in {storage}: {settings.n_trials - todo} trials finished, {max(todo, 0)} to go "
+             "(with any other worker on this study)")
     start = time.perf_counter()
     if todo > 0:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own log says what each trial did
         # A trial that fails (a loss that diverges at a sampled learning rate, memory) is recorded as failed, and the
-        # study goes on; an interrupted one stops it.
+        # study goes on; an interrupted one stops it. This worker stops once the study has n_trials finished trials,
+        # whoever finished them: each other worker may then still finish the one it runs, one over each.
         study.optimize(objective, n_trials=todo, catch=(UserError, RuntimeError, ValueError),
+                       callbacks=[optuna.study.MaxTrialsCallback(settings.n_trials, states=finished_states)],
                        timeout=settings.timeout_minutes * 60 if settings.timeout_minutes else None)
-    write_study_reports(study, study_dir, time.perf_counter() - start)
+    log.info(f"this worker's session: {time.perf_counter() - start:.0f} s")
+    fail_stale_trials(study)
+    write_study_reports(study, study_dir)
     return study
 
 
-def _open_study(settings: SearchSettings):
-    """The study in its storage, created or loaded; a loaded one must have been started with the same space."""
+JOURNAL = "optuna-journal.log"  # the default storage: a journal file in the study's folder
+
+
+def _open_study(settings: SearchSettings, storage_name: str):
+    """The study in its storage, created or loaded (by whichever worker comes first); a loaded one must have been
+    started with the same space."""
     optuna = _optuna()
-    url = settings.storage
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    from mha_textclf.workers import TrialSeededSampler, open_storage
+
     try:
-        # Heartbeats let a resumed study mark the trial a killed process left RUNNING as failed, and move on.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = optuna.storages.RDBStorage(url, heartbeat_interval=30, grace_period=90)
-        existing = (len(optuna.load_study(study_name=settings.study, storage=storage).trials)
-                    if settings.study in optuna.study.get_all_study_names(storage) else 0)
+        storage = open_storage(storage_name, settings.heartbeat_seconds)
+        study = optuna.create_study(
+            study_name=settings.study, storage=storage, load_if_exists=True, direction="maximize",
+            sampler=TrialSeededSampler(settings.seed, lambda seed: optuna.samplers.TPESampler(seed=seed)),
+            # Steps are epochs, counted from 1; the pruner may judge a step that is not below n_warmup_steps.
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials,
+                                               n_warmup_steps=settings.warmup_epochs + 1))
     except Exception as e:
-        raise UserError(f"storage={url!r}: Optuna cannot keep a study there ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0]}); give an SQLAlchemy URL such as "
-                        "sqlite:///outputs/optuna.db.") from e
-    # The sampler's seed moves on with the trials done: a resumed study would otherwise draw its first trials again.
-    study = optuna.create_study(
-        study_name=settings.study, storage=storage, load_if_exists=True, direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=settings.seed + existing),
-        # Steps are epochs, counted from 1; the pruner may judge a step that is not below n_warmup_steps.
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.startup_trials,
-                                           n_warmup_steps=settings.warmup_epochs + 1))
+        raise UserError(f"storage={storage_name!r}: Optuna cannot keep a study there ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}); give a file path for a journal file, or an "
+                        "SQLAlchemy URL such as sqlite:///outputs/optuna.db.") from e
     space = {"train": list(settings.train), "params": dict(settings.params)}
-    if not existing:
-        study.set_user_attr("space", space)
-    elif study.user_attrs.get("space") != space:
-        raise UserError(f"The study {settings.study!r} in {url} was started with another space or shared settings "
-                        f"({study.user_attrs.get('space')}); resume it with those, or name a new study=...")
+    if "space" not in study.user_attrs:
+        study.set_user_attr("space", space)  # workers started together both set it: the same value
+    if study.user_attrs["space"] != space:
+        raise UserError(f"The study {settings.study!r} in {storage_name} was started with another space or shared "
+                        f"settings ({study.user_attrs['space']}); resume it with those, or name a new study=...")
     return study
 
 
-def write_study_reports(study, study_dir: Path, seconds: float) -> None:
+def write_study_reports(study, study_dir: Path) -> None:
     """best.json (the best trial: its parameters, metrics and the command that reproduces it), trials.csv, and
-    Optuna's optimisation-history and parameter-importance plots."""
+    Optuna's optimisation-history and parameter-importance plots, all of the whole study as the storage holds it.
+
+    Workers finishing together each write them: under a lock file, each reads the storage once it holds the lock, so
+    the last to write has read last; and each file is written whole under a temporary name, then renamed into place.
+    """
+    from optuna.storages.journal import JournalFileOpenLock
+
+    lock = JournalFileOpenLock(str(study_dir / "reports"))  # reports.lock, safe on NFS (Optuna's own)
+    lock.acquire()
+    try:
+        _write_study_reports(study, study_dir)
+    finally:
+        lock.release()
+
+
+def _write_study_reports(study, study_dir: Path) -> None:
     import matplotlib.pyplot as plt  # Optuna's matplotlib plots draw on pyplot's figures
     from optuna.exceptions import ExperimentalWarning
     from optuna.visualization import matplotlib as plots
 
-    states = [t.state for t in study.trials]
+    from mha_textclf.workers import HEARTBEAT
+
+    trials = study.get_trials(deepcopy=False)
+    states = [t.state for t in trials]
     counts = {state.name.lower(): states.count(state) for state in set(states)}
     if not any(state.name == "COMPLETE" for state in states):
+        if "running" in counts:  # another worker's; it writes the reports when it finishes
+            log.info(f"no trial of the study completed yet ({counts}): no reports")
+            return
         raise UserError(f"No trial of the study {study.study_name!r} completed ({counts}); the trial folders' logs "
                         "say why.")
     best = study.best_trial
+    finished = [t.datetime_complete for t in trials if t.datetime_complete]
     summary = {"study": study.study_name, "best_trial": best.number, "val_accuracy": best.value,
-               "params": best.params, **best.user_attrs, "trials": counts, "seconds_this_session": round(seconds, 1)}
-    (study_dir / "best.json").write_text(json.dumps(summary, indent=2) + "\n")
-    study.trials_dataframe().to_csv(study_dir / "trials.csv", index=False)
+               "params": best.params, **best.user_attrs, "trials": counts,
+               # From the first trial's start to the last one's end, whatever the workers (and any pause between).
+               "study_seconds": round((max(finished) - min(t.datetime_start for t in trials if t.datetime_start))
+                                      .total_seconds(), 1)}
+    _replace(study_dir / "best.json", lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+    table = study.trials_dataframe()
+    table = table.drop(columns=[f"system_attrs_{HEARTBEAT}"], errors="ignore")  # a liveness clock, not a result
+    _replace(study_dir / "trials.csv", lambda path: table.to_csv(path, index=False))
     for name, plot in (("optimization_history", plots.plot_optimization_history),
                        ("param_importances", plots.plot_param_importances)):
         try:
@@ -210,19 +245,30 @@ def write_study_reports(study, study_dir: Path, seconds: float) -> None:
             continue
         figure = axes.figure
         figure.set_size_inches(8, 5)
-        figure.savefig(study_dir / f"{name}.png", dpi=110, bbox_inches="tight")
+        _replace(study_dir / f"{name}.png",
+                 lambda path, figure=figure: figure.savefig(path, format="png", dpi=110, bbox_inches="tight"))
         plt.close(figure)
     log.info(f"best trial {best.number}: val accuracy {best.value:.4f} with {best.params}\n"
-             f"reproduce it: {best.user_attrs.get('command')}\ntrials: {counts}, this session {seconds:.0f} s")
+             f"reproduce it: {best.user_attrs.get('command')}\ntrials: {counts}")
+
+
+def _replace(path: Path, write: Callable[[Path], Any]) -> None:
+    """`write(temporary path)`, then rename it to `path`: a reader sees the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
 
 
 def search(settings: SearchSettings, study_dir: Path):
-    """Run the study; each trial composes `settings.train` plus its sampled values as `python -m train` would."""
+    """Run the study; each trial composes `settings.train` plus its sampled values as `python -m train` would, and
+    reuses the data, tokenizer and encodings of this worker's earlier trials where its settings leave them as they
+    were."""
     cli.compose_settings("train", settings.train)  # the shared settings: every mistake now, not at the first trial
     for key in settings.params:
         found = lookup(TrainSettings, key)
         if isinstance(found, str) and not (cli.CONFIG_DIR / key).is_dir():  # a config group (model) may vary too
             raise UserError(f"params: {found}")
+    inputs = InputCache()
 
     def train_trial(overrides: list[str], run_dir: Path, on_epoch_end):
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -230,8 +276,8 @@ def search(settings: SearchSettings, study_dir: Path):
         handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
         logging.getLogger().addHandler(handler)
         try:
-            return train(cli.compose_settings("train", overrides), run_dir, overrides, sweep=f"study {settings.study}",
-                         on_epoch_end=on_epoch_end)
+            return train(cli.compose_settings("train", overrides), run_dir, overrides, threads=settings.num_threads,
+                         sweep=f"study {settings.study}", on_epoch_end=on_epoch_end, inputs=inputs)
         finally:
             logging.getLogger().removeHandler(handler)
             handler.close()
