@@ -106,7 +106,7 @@ fi
 rm -rf "$STATE"/{ctld,spool,mariadb} "$STATE"/*.log  # a clean cluster: no jobs or records from an earlier one
 mkdir -p "$STATE"/{ctld,spool,munge,mariadb}
 chmod 755 "$STATE" "$STATE/munge"  # munged wants its socket reachable by every user (the key itself is 0600)
-[ -s "$STATE/munge/munge.key" ] || mungekey --create --keyfile="$STATE/munge/munge.key"
+[ -s "$STATE/munge/munge.key" ] || (umask 077 && head -c 1024 /dev/urandom >"$STATE/munge/munge.key")
 # The node exactly as slurmd sees the hardware: a node configured with more than it has would be drained.
 hardware=$(slurmd -C | head -n 1 | sed 's/^NodeName=[^ ]* //')
 cpus=$(sed -E 's/.*CPUs=([0-9]+).*/\1/' <<<"$hardware")
