@@ -3,8 +3,11 @@ composed and run in-process."""
 
 import importlib
 import os
+import re
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -94,13 +97,44 @@ def train_in_process(run_dir: Path, *overrides: str, data_dir: Path, **kwargs):
     return train(settings_for(f"data.path={data_dir}", *overrides), run_dir, overrides=list(overrides), **kwargs)
 
 
-def run_cli(module: str, *overrides: str, data_dir: Path | None = None,
-            cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it."""
-    env = os.environ | ({"BBC_NEWS_PATH": str(data_dir)} if data_dir else {})
+def run_cli(module: str, *overrides: str, data_dir: Path | None = None, cwd: Path = REPO,
+            env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it; `env` adds variables."""
+    env = os.environ | ({"BBC_NEWS_PATH": str(data_dir)} if data_dir else {}) | (env or {})
     return subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=timeout)
 
 
-def run_train(*overrides: str, data_dir: Path) -> subprocess.CompletedProcess:
-    return run_cli("train", *overrides, data_dir=data_dir)
+def run_train(*overrides: str, data_dir: Path, **kwargs) -> subprocess.CompletedProcess:
+    return run_cli("train", *overrides, data_dir=data_dir, **kwargs)
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    partition: str
+    env: dict[str, str]  # what a process needs to reach the cluster (SLURM_CONF), for run_cli(env=...)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The single-node Slurm cluster of scripts/slurm_up.sh (root on Debian/Ubuntu), up once for the session.
+
+    A cluster this session started is stopped at its end, whatever the tests did; one already up (CI's .ci/run starts
+    it before the tests, a developer may have) is left as it was, for whoever started it to stop. Where it cannot
+    run the tests that need it skip with the reason; in CI, which runs as root on Debian, they fail instead."""
+    scripts = REPO / "scripts"
+    require(sys.platform == "linux" and os.geteuid() == 0, "a Slurm cluster needs root: sudo scripts/slurm_up.sh")
+    require(bool(shutil.which("slurmctld") or shutil.which("apt-get")),
+            "a Slurm cluster needs Debian/Ubuntu (apt-get) to install slurmctld, slurmd, munge")
+    up = subprocess.run(["bash", str(scripts / "slurm_up.sh")], capture_output=True, text=True, timeout=900)
+    output = (up.stdout + up.stderr)[-3000:]
+    require(up.returncode == 0, f"scripts/slurm_up.sh failed (exit {up.returncode}):\n{output}")
+    started_here = "already up" not in up.stderr
+    try:
+        # The script names the partition and the config; nothing here repeats them.
+        partition = re.search(r"partition '(\S+)'", up.stdout).group(1)
+        conf = re.search(r"^export SLURM_CONF=(\S+)$", up.stdout, re.MULTILINE).group(1)
+        yield SlurmCluster(partition=partition, env={"SLURM_CONF": conf})
+    finally:
+        if started_here:
+            subprocess.run(["bash", str(scripts / "slurm_down.sh")], capture_output=True, timeout=300)
