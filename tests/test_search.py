@@ -310,13 +310,6 @@ def test_a_killed_worker_s_trial_is_failed_and_run_again_when_the_same_command_r
     assert_reports_describe(study, study_dir)
 
 
-# TEMPORARY STUB, delete at merge: the real `slurm_cluster` fixture comes with tests/conftest.py from the scale-out
-# work (a session fixture yielding the cluster, with at least its partition, and skipping where there is none).
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    pytest.skip("slurm_cluster fixture not yet merged")
-
-
 def readme_array_command() -> tuple[list[str], list[str]]:
     """The README's Slurm array command: sbatch's options, and the search's own arguments."""
     readme = (REPO / "README.md").read_text()
@@ -326,15 +319,16 @@ def readme_array_command() -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.slurm
 def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, data_dir, tmp_path):
-    partition = slurm_cluster["partition"] if isinstance(slurm_cluster, dict) else slurm_cluster.partition
+    partition = slurm_cluster.partition
     options, arguments = readme_array_command()
     study_dir, n_trials = tmp_path / "tiny", 6
     options = [re.sub(r"^--array=.*", "--array=1-2", o).replace("<partition>", partition)
                .replace("outputs/search/", f"{tmp_path}/") for o in options]
     worker = shlex.join([sys.executable, *worker_command(study_dir, data_dir, n_trials), *arguments])
     submitted = subprocess.run(["sbatch", "--wait", *options, "--wrap", worker], cwd=REPO, capture_output=True,
-                               text=True, timeout=900)
+                               text=True, timeout=900, env=os.environ | slurm_cluster.env)
     logs = [path.read_text() for path in sorted(tmp_path.glob("*.out"))]
     assert submitted.returncode == 0 and len(logs) == 2, (submitted.stderr, logs)
     study = load_tiny_study(study_dir)
