@@ -10,6 +10,7 @@ module that sees Hydra's objects; the settings it returns are plain dataclasses.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -134,7 +135,7 @@ def check_override(cls: type, override: Override) -> list[str]:
         return []  # groups and Hydra's own settings: Hydra lists their choices itself
     found = schema.lookup(cls, key)
     if isinstance(found, str):
-        return [found]
+        return [_group_hint(cls, override) or found]
     owner, f = found
     try:
         typed_values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [
@@ -156,6 +157,22 @@ def check_override(cls: type, override: Override) -> list[str]:
         if why:
             mistakes.append(f"{key}={as_typed}: {why}.")
     return mistakes
+
+
+def _group_hint(cls: type, override: Override) -> str | None:
+    """For a misspelt config group (`modle=naive`), the "did you mean" that a misspelt key gets; None when the key
+    is closer to a setting than to one of the app's groups."""
+    key = override.key_or_group
+    if "." in key:
+        return None  # modle.d_model: a setting's path, which lookup() matches against the settings
+    app = next(name for name, schema_cls in SCHEMAS.items() if schema_cls is cls)
+    top_level = [k for k in schema.known_keys(cls) if "." not in k]
+    close = difflib.get_close_matches(key, [*GROUPS[app], *top_level], n=1, cutoff=0.6)
+    if not close or close[0] not in GROUPS[app]:
+        return None
+    options = ", ".join(sorted(p.stem for p in (CONFIG_DIR / close[0]).glob("*.yaml")))
+    return (f"{key} is not a setting or a config group; did you mean "
+            f"{close[0]}={override.input_line.partition('=')[2]}? ({close[0]}: {options})")
 
 
 MAX_JOBS_CHECKED = 1000  # a sweep's jobs are composed ~50 per second; past this, the jobs check themselves
