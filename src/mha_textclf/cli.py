@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType, ValueType
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -30,6 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 from mha_textclf import settings as schema
 from mha_textclf.errors import UserError
 from mha_textclf.summary import write_summary
+from mha_textclf.sweep import JobClock, now, sweep_record
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings,
@@ -280,10 +283,32 @@ def run_job(job: Callable[[Path], T]) -> T | None:
 
 
 class SweepSummary(Callback):
-    """At the end of a multirun, write summary.csv/.md and the comparison plots into the sweep folder."""
+    """A multirun's own record and its summary: each job writes job.json (its wall time) into its folder, in the
+    process that runs it, so that every launcher records it (basic, joblib, submitit); at the end, the multirun
+    process writes sweep.json (the sweep's wall time and every job's) and then summary.csv/.md and the plots."""
+
+    def __init__(self):
+        self.jobs = JobClock()
+        self.started: tuple[str, float] | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.started = (now(), time.perf_counter())
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        if config.hydra.mode == RunMode.MULTIRUN:  # a single run's folder stays as it was
+            self.jobs.start(config.hydra.runtime.output_dir)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        # A job this clock did not start (a single run) is not recorded.
+        self.jobs.stop(config.hydra.runtime.output_dir, job=config.hydra.job.num,
+                       overrides=list(config.hydra.overrides.task), status=job_return.status.name)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir)
+        if self.started is not None:
+            started_at, start = self.started
+            sweep_record(folder, launcher=config.hydra.launcher._target_, started_at=started_at,
+                         wall_seconds=time.perf_counter() - start).write(folder)
         paths = write_summary(folder)
         runs = pd.read_csv(paths["summary.csv"])
         log.info(f"sweep summary: {paths['summary.md']}\n{paths['summary.md'].read_text()}")
