@@ -61,6 +61,12 @@ def test_speed_from_one_seed_is_a_bootstrap_over_epochs():
     assert speed_ratio([(np.linspace(1.4, 1.6, 12), np.linspace(0.95, 1.05, 12))]) == noisy  # reproducible
 
 
+def test_too_few_epochs_for_a_bootstrap_give_no_interval():
+    ratio = speed_ratio([([2.0, 1.0], [1.0, 1.0]), ([1.5, 1.5], [1.0, 1.0])])
+    assert ratio.estimate == pytest.approx(1.5) and ratio.low is None
+    assert speed_verdict(ratio) == "1.50× the epoch time (no interval: 2 seeds, and 2 epochs in a run)"
+
+
 def test_speed_verdicts():
     assert speed_verdict(Interval(1 / 1.52, 1 / 1.55, 1 / 1.49, 1, "")) == "faster by 1.52× (95% CI 1.49–1.55×)"
     assert speed_verdict(Interval(1.52, 1.49, 1.55, 3, "")) == "slower by 1.52× (95% CI 1.49–1.55×)"
@@ -90,5 +96,6 @@ def test_one_seed_above_the_floor_says_it_has_no_interval():
 
 
 def test_identical_accuracies_say_so():
-    assert accuracy_verdict(paired_t([0.0, 0.0]), 307) == "identical at all 2 seeds"
+    assert accuracy_verdict(paired_t([0.0, 0.0]), 307) == "identical at both seeds"
+    assert accuracy_verdict(paired_t([0.0, 0.0, 0.0]), 307) == "identical at all 3 seeds"
     assert accuracy_verdict(paired_t([0.0]), 307) == "identical at the one seed"

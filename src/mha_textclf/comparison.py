@@ -9,7 +9,8 @@ The rules, stated once here and in every summary.md (`RULES`):
 - Speed is the ratio of median training-epoch seconds, variant / reference, per shared seed. With 3 or more seeds its
   interval is a paired t interval on the log ratios (run-to-run variation included). With 1 or 2 seeds there is no
   spread across seeds to estimate (a t interval from two values is 12.7 standard errors wide), so the interval is a
-  bootstrap over the runs' epochs: it covers epoch-to-epoch variation only.
+  bootstrap over the runs' epochs: it covers epoch-to-epoch variation only, and needs 5 epochs in every run (a
+  median resampled from 2 epochs takes 3 values); with fewer, the ratio comes without an interval.
 - An accuracy difference is the variant's accuracy minus the reference's, per shared seed, with a paired t interval
   from 2 seeds on. It is called "same within noise" when the interval contains 0, or when its size is
   `NOISE_ARTICLES` articles or fewer: an exact McNemar test cannot call a net difference of k articles between two
@@ -28,6 +29,7 @@ from scipy import stats
 
 CONFIDENCE = 0.95
 MIN_SEEDS_FOR_T = 3  # for speed; below it, the bootstrap over epochs
+MIN_EPOCHS_FOR_BOOTSTRAP = 5  # a median resampled from 2 epochs takes 3 values: no interval to speak of
 BOOTSTRAP_RESAMPLES = 2000
 
 
@@ -46,12 +48,13 @@ RULES = (
     f"Differences are paired over the seeds two variants share (repeats of a seed averaged first). Speed: the ratio "
     f"of median epoch seconds, with a paired t interval on the log ratios from {MIN_SEEDS_FOR_T} seeds on, and below "
     f"that a bootstrap over the runs' epochs (too few seeds to estimate a spread across them; it covers "
-    f"epoch-to-epoch variation only). Accuracy: the difference in points (1 point = 1% of the split's articles), "
-    f"with a paired t interval from 2 seeds on. **Noise rule:** an accuracy difference is \"same within noise\" when "
-    f"its {CONFIDENCE:.0%} interval contains 0 or when it is {NOISE_ARTICLES} articles or fewer of the split: an "
-    f"exact McNemar test cannot call a net difference of {NOISE_ARTICLES} articles significant (p ≥ "
-    f"{2 * 0.5 ** NOISE_ARTICLES:.3f}) however the other articles fall, and variants that compute the same function "
-    f"drift apart by a few articles through float rounding alone.")
+    f"epoch-to-epoch variation only, and needs {MIN_EPOCHS_FOR_BOOTSTRAP} epochs in every run). Accuracy: the "
+    f"difference in points (1 point = 1% of the split's articles), with a paired t interval from 2 seeds on. "
+    f"**Noise rule:** an accuracy difference is \"same within noise\" when its {CONFIDENCE:.0%} interval contains 0 "
+    f"or when it is {NOISE_ARTICLES} articles or fewer of the split: an exact McNemar test cannot call a net "
+    f"difference of {NOISE_ARTICLES} articles significant (p ≥ {2 * 0.5 ** NOISE_ARTICLES:.3f}) however the other "
+    f"articles fall, and variants that compute the same function drift apart by a few articles through float "
+    f"rounding alone.")
 
 
 @dataclass
@@ -88,6 +91,11 @@ def speed_ratio(epoch_times: list[tuple[np.ndarray, np.ndarray]], seed: int = 0)
     if len(logs) >= MIN_SEEDS_FOR_T:
         t = paired_t(logs)
         return Interval(math.exp(t.estimate), math.exp(t.low), math.exp(t.high), t.n, f"paired t, {t.n} seeds")
+    seeds = "1 seed" if len(pairs) == 1 else f"{len(pairs)} seeds"
+    fewest = min(min(len(v), len(r)) for v, r in pairs)
+    if fewest < MIN_EPOCHS_FOR_BOOTSTRAP:
+        return Interval(math.exp(float(np.mean(logs))), None, None, len(pairs),
+                        f"no interval: {seeds}, and {fewest} epochs in a run")
     rng = np.random.default_rng(seed)  # a fixed generator: the same folder gives the same summary
     resampled = np.zeros(BOOTSTRAP_RESAMPLES)
     for v, r in pairs:  # mean over seeds of the log ratio of medians, each run's epochs resampled
@@ -95,7 +103,6 @@ def speed_ratio(epoch_times: list[tuple[np.ndarray, np.ndarray]], seed: int = 0)
         medians_r = np.median(rng.choice(r, (BOOTSTRAP_RESAMPLES, len(r))), axis=1)
         resampled += np.log(medians_v / medians_r) / len(pairs)
     low, high = np.quantile(resampled, [0.5 - CONFIDENCE / 2, 0.5 + CONFIDENCE / 2])
-    seeds = "1 seed" if len(pairs) == 1 else f"{len(pairs)} seeds"
     return Interval(math.exp(float(np.mean(logs))), math.exp(float(low)), math.exp(float(high)), len(pairs),
                     f"bootstrap over epochs, {seeds}")
 
@@ -128,7 +135,8 @@ def accuracy_verdict(difference: Interval, n_articles: float) -> str:
     ci = ("" if difference.low is None else
           f", {CONFIDENCE:.0%} CI {100 * difference.low:+.1f} to {100 * difference.high:+.1f}")
     if abs(articles) < 1e-6 and (difference.n == 1 or (difference.high - difference.low) * n_articles < 1e-6):
-        return "identical at the one seed" if difference.n == 1 else f"identical at all {difference.n} seeds"
+        return {1: "identical at the one seed", 2: "identical at both seeds"}.get(
+            difference.n, f"identical at all {difference.n} seeds")
     if is_noise(difference, n_articles):
         return f"same within noise ({size}{ci})"
     direction = "higher" if points > 0 else "lower"
