@@ -335,8 +335,8 @@ def _memory_note(folder: Path, runs: pd.DataFrame) -> str:
     if timed > len(processes):
         return (note + f": here {timed} jobs shared {_processes(len(processes))} (the basic launcher runs every "
                 "job in the sweep's own process), so a later job's peak includes what earlier jobs left behind, and "
-                "it does not compare variants. For that, run each job in its own process (`hydra/launcher=joblib` "
-                "or `submitit_local`), or see `scripts/benchmark.py`.")
+                "it does not compare variants. For that, run each job in a fresh process "
+                "(`hydra/launcher=submitit_local`; joblib reuses its workers), or see `scripts/benchmark.py`.")
     return note + "."
 
 
