@@ -56,6 +56,9 @@ MISTAKES = [
     (["+model.heads=4"], "model.heads is not a setting; did you mean model.n_heads?"),
     (["+trainer.anything=1"], "the trainer settings are epochs, batch_size, lr"),
     (["sed=1"], "sed is not a setting; did you mean seed?"),
+    (["modle=naive"], "modle is not a setting or a config group; did you mean model=naive? (model: efficient, naive"),
+    (["-m", "dat=bbc_news,reuters_r8"], "did you mean data=bbc_news,reuters_r8?"),
+    (["+experimnet=smoke"], "did you mean experiment=smoke?"),
     (["+model.pe=true"], "model.pe is set by the pipeline from the top-level switch (use pe=true)"),
     (["+model.vocab_size=500"], "model.vocab_size is set by the pipeline from the trained tokenizer's size"),
     (["model.max_length=1024"], "model.max_length is set by the pipeline from data.max_length"),
@@ -129,6 +132,8 @@ def test_predict_checks_its_own_settings():
         "text='[\"first text\",\"second text\"]'."]
     assert command_line_problems("run_dir=x", "txt=hello", app="predict") == [
         "txt is not a setting; did you mean text?"]
+    assert command_line_problems("run_dir=x", "text=hi", "modle=naive", app="predict") == [
+        "modle is not a setting (see --help for all 5)."]  # predict has no config groups to suggest
     found = command_line_problems("text=hello", app="predict")
     assert found == ["run_dir is required (a training run folder (holds model.pt and tokenizer/))."]
     assert command_line_problems("run_dir=null", "text=hi", app="predict") == ["run_dir=null: must be text."]

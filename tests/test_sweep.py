@@ -1,18 +1,34 @@
 """Sweeps: failed jobs are reported and the rest summarised, parallel launchers work, the tokenizer cache is safe."""
 
 import importlib
+import json
 import multiprocessing as mp
 import os
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+from scipy import stats
 
 from conftest import REPO, compose_config, require, run_train, write_jsonl
+from mha_textclf.cli import SweepSummary
 from mha_textclf.reports import RunMetrics, SplitMetrics
-from mha_textclf.summary import groups_table, plot_loss_curves, runs_table, summary_markdown, write_summary
+from mha_textclf.summary import (
+    groups_table,
+    plot_accuracy_vs_time,
+    plot_loss_curves,
+    plot_memory,
+    runs_table,
+    summary_markdown,
+    write_summary,
+)
 from mha_textclf.tokenizer import load_tokenizer
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
@@ -44,6 +60,9 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
     assert failed["error"].str.contains("has a single class").all()
     assert (runs["status"] == "ok").sum() == 2
     assert "## Failed runs" in (sweep / "summary.md").read_text()
+    jobs = json.loads((sweep / "sweep.json").read_text())["jobs"]  # failed jobs are timed too
+    assert [j["job"] for j in jobs] == [0, 1, 2, 3] and all(j["wall_seconds"] > 0 for j in jobs)
+    assert sorted(j["train_seconds"] is None for j in jobs) == [False, False, True, True]
 
     # scripts/summarize.py gives the same summary for the same folder.
     (sweep / "summary.csv").unlink()
@@ -55,15 +74,22 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
 
 
 def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, pe=False, dataset="bbc-news",
-             **settings):
-    """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv."""
+             test_accuracy=None, n_samples=10, epoch_times=None, losses=None, stages=None, **settings):
+    """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv.
+
+    `epoch_times` (seconds per epoch) and `losses` ((train, val) per epoch) default to two epochs of
+    `epoch_seconds`; `stages` is metrics.json's record of the pipeline's stages (peak memory)."""
     folder.mkdir(parents=True)
-    split = SplitMetrics(accuracy=accuracy, macro_f1=accuracy, loss=1.0, n_samples=10)
-    RunMetrics(model=model, pe=pe, seed=seed, dataset=dataset, splits={}, train_samples=20, val=split, test=split,
+    epoch_times = epoch_times or [epoch_seconds] * 2
+    losses = losses or [(1.0, 1.1), (0.5, 0.9)][:len(epoch_times)] + [(0.5, 0.9)] * (len(epoch_times) - 2)
+    val = SplitMetrics(accuracy=accuracy, macro_f1=accuracy, loss=1.0, n_samples=n_samples)
+    test = SplitMetrics(accuracy=accuracy if test_accuracy is None else test_accuracy,
+                        macro_f1=accuracy if test_accuracy is None else test_accuracy, loss=1.0, n_samples=n_samples)
+    RunMetrics(model=model, pe=pe, seed=seed, dataset=dataset, splits={}, train_samples=20, val=val, test=test,
                class_names=["a", "b"], params=10,
-               train_seconds=2 * epoch_seconds, eval_seconds=0.1, epochs=2, best_epoch=2, stopped_early=False,
-               interrupted_by=None, tokens_per_second=1.0, vocab_size=100, device="cpu",
-               threads=1).write(folder / "metrics.json")
+               train_seconds=sum(epoch_times), eval_seconds=0.1, epochs=len(epoch_times), best_epoch=2,
+               stopped_early=False, interrupted_by=None, tokens_per_second=1000 / (sum(epoch_times) or 1),
+               vocab_size=100, device="cpu", threads=1, stages=stages or {}).write(folder / "metrics.json")
     config = {"model": {"attention": model, "dropout": 0.0}, "seed": seed, "pe": False,
               "tokenizer": {"base": None, "cache_dir": f"/cache/of/{folder.name}"},
               "data": {"path": f"/data/{dataset}"}}
@@ -71,8 +97,9 @@ def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0,
         group, name = key.split("__")
         config[group][name] = value
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    (folder / "history.csv").write_text(f"epoch,train_loss,val_loss,train_seconds\n1,1.0,1.1,{epoch_seconds}\n"
-                                        f"2,0.5,0.9,{epoch_seconds}\n")
+    rows = [f"{i},{train},{val},{seconds}" for i, ((train, val), seconds) in enumerate(zip(losses, epoch_times,
+                                                                                          strict=True), start=1)]
+    (folder / "history.csv").write_text("epoch,train_loss,val_loss,train_seconds\n" + "\n".join(rows) + "\n")
 
 
 def test_groups_average_over_seeds_and_compare_speed(tmp_path):
@@ -97,15 +124,28 @@ def test_datasets_are_compared_side_by_side(tmp_path):
     assert groups["epoch_time_vs_fastest"].tolist() == [1.0, 1.0]  # each against its own dataset's fastest
 
 
+def edit_metrics(run_dir, **changes):
+    metrics = RunMetrics.read(run_dir / "metrics.json")
+    for key, value in changes.items():
+        setattr(metrics, key, value)
+    metrics.write(run_dir / "metrics.json")
+
+
 def test_baselines_without_pe_form_groups_too(tmp_path):
+    """A baseline groups like a variant, with blanks (not "None", "nan" or "not reached") where it has no pe and no
+    epochs, also beside trained runs that have times to an accuracy."""
     for seed in (0, 1):
         fake_run(tmp_path / f"{seed}_tfidf", model="tfidf-words", seed=seed, pe=None)
         (tmp_path / f"{seed}_tfidf" / "history.csv").unlink()  # a baseline has no epochs
+        edit_metrics(tmp_path / f"{seed}_tfidf", epochs=0, best_epoch=None)
+    fake_run(tmp_path / "2_run", seed=0)
+    edit_metrics(tmp_path / "2_run", time_to_accuracy={"0.9": 4.0})
     runs = runs_table(tmp_path)
     groups = groups_table(runs)
-    assert groups["model"].tolist() == ["tfidf-words"] and groups["runs"].tolist() == [2]
-    group_row = summary_markdown(runs, groups).split("## Runs")[0].splitlines()[-2]
-    assert "nan" not in group_row and "None" not in group_row and "| tfidf-words |  | 2 |" in group_row
+    assert groups["model"].tolist() == ["efficient", "tfidf-words"] and groups["runs"].tolist() == [1, 2]
+    group_row = summary_markdown(tmp_path, runs, groups).split("## Runs")[0].splitlines()[-2]
+    assert "| tfidf-words |  | 2 | 2 |" in group_row
+    assert "nan" not in group_row and "None" not in group_row and "not reached" not in group_row
 
 
 def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
@@ -158,6 +198,13 @@ def test_parallel_launchers_run_a_two_job_sweep(launcher, data_dir, tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     runs = pd.read_csv(sweep / "summary.csv")
     assert sorted(runs["model"]) == ["efficient", "torch"] and set(runs["status"]) == {"ok"}
+    # Each job timed itself in its own process, and the sweep's process timed the whole.
+    record = json.loads((sweep / "sweep.json").read_text())
+    assert record["launcher"].rpartition(".")[2] == {"joblib": "JoblibLauncher",
+                                                     "submitit_local": "LocalLauncher"}[launcher]
+    assert sorted(j["run_dir"] for j in record["jobs"]) == sorted(runs["run_dir"])
+    assert all((sweep / d / "job.json").exists() for d in runs["run_dir"])
+    assert all(j["wall_seconds"] > j["train_seconds"] > 0 for j in record["jobs"])
     threads = {RunMetrics.read(sweep / d / "metrics.json").threads for d in runs["run_dir"]}
     expected = max(1, (os.cpu_count() or 1) // 2) if launcher == "joblib" else 1
     assert threads == {expected}  # jobs share the cores instead of oversubscribing them
@@ -201,3 +248,221 @@ def test_time_to_accuracy_per_run_and_per_group(tmp_path):
     text = (tmp_path / "summary.md")
     write_summary(tmp_path)
     assert "| 5.0 ± 1.4 | 8.0 (1 of 2 runs) |" in text.read_text()
+
+
+def md_table(text: str, heading: str) -> list[dict[str, str]]:
+    """The first Markdown table after `heading` in summary.md, as one dict per row."""
+    lines = text.split(heading, 1)[1].splitlines()
+    rows = [line for line in lines[lines.index(next(x for x in lines if x.startswith("|"))):]]
+    rows = rows[:next((i for i, x in enumerate(rows) if not x.startswith("|")), len(rows))]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+def paired_sweep(folder, ratios=(1.45, 1.5, 1.55), naive_articles=(0, 0, -2), pe_points=-3.0):
+    """3 seeds × (efficient, naive) × pe: naive's epochs take `ratios[seed]` times efficient's; naive is
+    `naive_articles` test articles of 1000 off efficient (float-rounding drift); pe=True `pe_points` lower."""
+    for seed in range(3):
+        for pe in (False, True):
+            base = 0.95 + 0.01 * seed + (pe_points / 100 if pe else 0)
+            for model, factor, articles in (("efficient", 1.0, 0), ("naive", ratios[seed], naive_articles[seed])):
+                fake_run(folder / f"{model}_{pe}_{seed}", model=model, seed=seed, pe=pe, accuracy=base,
+                         test_accuracy=base + articles / 1000, n_samples=1000,
+                         epoch_times=[3.0 * factor] + [factor] * 11,  # a slow first epoch (warm-up)
+                         stages={"fit": {"seconds": 12.0, "peak_memory_mb": 500.0 + 10 * seed}})
+
+
+def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
+    paired_sweep(tmp_path)
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert text.index("## The answer: bbc-news") < text.index("## By dataset") < text.index("## Runs")
+
+    variants = {(r["model"], r["pe"]): r for r in md_table(text, "## The answer: bbc-news")}
+    assert variants["naive", "False"]["runs"] == variants["naive", "False"]["seeds"] == "3"
+    assert variants["efficient", "False"]["epoch time vs fastest"] == "1.00×"
+    assert variants["naive", "False"]["epoch time vs fastest"] == "1.50×"  # mean of medians 1.45, 1.5, 1.55
+    assert variants["efficient", "True"]["peak RSS in training, MB"] == "510 ± 10"
+    assert "peak CUDA in training, MB" not in variants["efficient", "True"]  # a CPU sweep has no CUDA column
+    test = np.array([0.92, 0.93, 0.94 - 0.002])  # naive, pe=True: seed 2 two articles off
+    assert variants["naive", "True"]["test accuracy"] == f"{test.mean():.4f} ± {test.std(ddof=1):.4f}"
+
+    against = {(r["model"], r["pe"]): r for r in md_table(text, "### Against efficient (the reference)")}
+    assert set(against) == {("naive", "False"), ("naive", "True")}
+    logs = np.log([1.45, 1.5, 1.55])
+    ci = np.exp(stats.ttest_1samp(logs, 0).confidence_interval(0.95))
+    assert against["naive", "False"]["epoch time"] == (
+        f"slower by {np.exp(logs.mean()):.2f}× (95% CI {ci[0]:.2f}–{ci[1]:.2f}×)")
+    assert against["naive", "False"]["shared seeds"] == "3"
+    assert against["naive", "False"]["val accuracy"] == "identical at all 3 seeds"
+    assert against["naive", "False"]["test accuracy"].startswith("same within noise (-0.1 points, -0.7 of 1000")
+
+    pe = {r["model"]: r for r in md_table(text, "### pe=True against pe=False")}
+    assert pe["efficient"]["test accuracy"] == "lower by 3.0 points (-30 of 1000 articles, 95% CI -3.0 to -3.0)"
+    assert pe["efficient"]["epoch time"].startswith("same speed within noise (1.00×")
+    assert "**Noise rule:**" in text and "5 articles or fewer" in text
+
+
+def test_without_the_reference_the_fastest_variant_is_named_instead(tmp_path):
+    for model, seconds in (("torch", 2.0), ("naive", 3.0)):
+        fake_run(tmp_path / model, model=model, epoch_times=[seconds] * 6)
+    text = (tmp_path / "summary.md").read_text() if write_summary(tmp_path) else ""
+    heading = "### Against torch (efficient, the reference, is not in this sweep, so the fastest variant)"
+    against = md_table(text, heading)
+    assert [(r["model"], r["epoch time"]) for r in against] == [("naive", "slower by 1.50× (95% CI 1.50–1.50×)")]
+
+
+def test_repeats_of_a_seed_are_runs_not_seeds(tmp_path):
+    for i, accuracy in enumerate([0.90, 0.92, 0.94]):
+        fake_run(tmp_path / f"naive_{i}", model="naive", seed=0, accuracy=accuracy, n_samples=1000)
+    fake_run(tmp_path / "efficient", model="efficient", seed=0, accuracy=0.92, n_samples=1000)
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    variants = {r["model"]: r for r in md_table(text, "## The answer: bbc-news")}
+    assert (variants["naive"]["runs"], variants["naive"]["seeds"]) == ("3", "1")
+    assert variants["naive"]["val accuracy"] == "0.9200 ± 0.0200"
+    assert variants["efficient"]["val accuracy"] == "0.9200"  # one run: no ±
+    assert "the spread between repeats" in text
+    (row,) = md_table(text, "### Against efficient")
+    assert row["shared seeds"] == "1" and row["val accuracy"] == "identical at the one seed"  # repeats averaged
+
+
+def test_cuda_peaks_get_their_column_and_panel(tmp_path):
+    for seed in (0, 1):
+        fake_run(tmp_path / f"run_{seed}", seed=seed,
+                 stages={"fit": {"seconds": 1.0, "peak_memory_mb": 900.0, "peak_cuda_mb": 100.0 + 50 * seed}})
+    runs = runs_table(tmp_path)
+    text = summary_markdown(tmp_path, runs, groups_table(runs))
+    (row,) = md_table(text, "## The answer: bbc-news")
+    assert row["peak CUDA in training, MB"] == "125 ± 35" and row["peak RSS in training, MB"] == "900 ± 0"
+    figure = plot_memory(runs)
+    titles = [ax.get_title() for ax in figure.axes]
+    assert titles == ["CPU: peak RSS of the process while training, MB", "CUDA: peak allocated while training, MB"]
+    assert [p.get_width() for p in figure.axes[1].patches] == [125.0]
+
+
+def test_the_memory_panel_shows_each_variant_mean_and_range(tmp_path):
+    for i, (model, pe, rss) in enumerate([("naive", False, 600.0), ("naive", False, 640.0), ("torch", True, 700.0)]):
+        fake_run(tmp_path / f"{i}_run", model=model, pe=pe, seed=i, stages={"fit": {"peak_memory_mb": rss}})
+    (ax,) = plot_memory(runs_table(tmp_path)).axes
+    label_at = {tick: label.get_text() for tick, label in zip(ax.get_yticks(), ax.get_yticklabels(), strict=True)}
+    widths = {label_at[p.get_y() + p.get_height() / 2]: p.get_width() for p in ax.patches}
+    assert widths == {"naive, pe=False (2 runs)": 620.0, "torch, pe=True (1 run)": 700.0}
+    assert ax.get_xlim()[1] > 700.0  # the longest bar ends inside the axes
+
+
+def scatter_points(ax) -> np.ndarray:
+    return np.concatenate([c.get_offsets() for c in ax.collections])
+
+
+def assert_readable(ax, points):
+    for axis, values, (low, high) in (("x", points[:, 0], ax.get_xlim()), ("y", points[:, 1], ax.get_ylim())):
+        labels = [t.get_text() for t in getattr(ax, f"get_{axis}ticklabels")()]
+        ticks = getattr(ax, f"get_{axis}ticks")()
+        assert all(float(label) == pytest.approx(tick) for label, tick in zip(labels, ticks, strict=True)), labels
+        assert not getattr(ax, f"get_{axis}ticklabels")(minor=True)  # no 8×10⁰-style minor labels
+        assert ticks.min() <= values.min() and values.max() <= ticks.max()  # the ticks bracket every point
+        assert low < values.min() and values.max() < high  # every point strictly inside the axes
+
+
+def test_accuracy_vs_time_reads_at_a_glance(tmp_path):
+    """The issue's sweep: 8 to 19 training seconds, where matplotlib's log axis read 8×10⁰, 9×10⁰, 10¹ and put
+    two variants past the last tick."""
+    for i, (model, pe, seconds, accuracy) in enumerate([("efficient", True, 8.1, 0.92), ("naive", True, 12.4, 0.925),
+                                                        ("torch", True, 18.9, 0.924), ("efficient", False, 8.3, 0.95)]):
+        fake_run(tmp_path / f"{i}_run", model=model, pe=pe, seed=0, accuracy=accuracy, epoch_times=[seconds])
+    figure = plot_accuracy_vs_time(runs_table(tmp_path))
+    (ax,) = figure.axes
+    assert ax.get_xscale() == "linear"
+    assert_readable(ax, scatter_points(ax))
+    labels = [t.get_text() for legend in figure.legends for t in legend.get_texts()]
+    assert labels == ["efficient, pe=False (1 run)", "efficient, pe=True (1 run)", "naive, pe=True (1 run)",
+                      "torch, pe=True (1 run)"]
+
+
+def test_accuracy_vs_time_over_decades_has_plain_log_ticks(tmp_path):
+    for i, seconds in enumerate([0.3, 4.0, 180.0]):
+        fake_run(tmp_path / f"{i}_run", seed=i, accuracy=0.9 + i / 100, epoch_times=[seconds])
+    fake_run(tmp_path / "3_tfidf", model="tfidf-words", pe=None, accuracy=1.0, epoch_times=[0.05])
+    (ax,) = plot_accuracy_vs_time(runs_table(tmp_path)).axes
+    assert ax.get_xscale() == "log"
+    assert_readable(ax, scatter_points(ax))
+    assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["0.05", "0.1", "0.2"]
+
+
+def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
+    curves = [[(1.0, 1.2), (0.6, 1.0), (0.4, 0.9)], [(1.2, 1.4), (0.8, 1.1), (0.5, 1.0)]]
+    for seed, losses in enumerate(curves):
+        fake_run(tmp_path / f"{seed}_run", model="naive", seed=seed, epoch_times=[1.0] * 3, losses=losses)
+    fake_run(tmp_path / "2_run", model="naive", pe=True, epoch_times=[1.0] * 3)
+    figure = plot_loss_curves(tmp_path, runs_table(tmp_path))
+    ax = figure.axes[0]
+    lines = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+    train = np.array([[t for t, _ in c] for c in curves])
+    assert lines["pe=False|train_loss"].get_ydata() == pytest.approx(train.mean(axis=0))
+    bands = {band.get_gid(): band for band in ax.collections if band.get_gid()}
+    assert set(bands) == {"pe=False|train_loss", "pe=False|val_loss"}  # one run of pe=True: a line, no band
+    vertices = bands["pe=False|train_loss"].get_paths()[0].vertices
+    for epoch, (low, high) in enumerate(zip(train.min(axis=0), train.max(axis=0), strict=True), start=1):
+        assert sorted(set(vertices[vertices[:, 0] == epoch][:, 1])) == pytest.approx([low, high])
+    labels = [t.get_text() for legend in figure.legends for t in legend.get_texts()]
+    assert labels[:2] == ["pe=False", "pe=True"]
+
+
+def test_counts_are_whole_numbers_beside_a_failed_run(tmp_path):
+    fake_run(tmp_path / "0_run", epoch_times=[1.0] * 12)
+    failed = tmp_path / "1_failed"
+    (failed / ".hydra").mkdir(parents=True)
+    (failed / ".hydra" / "config.yaml").write_text("model: {attention: naive}\npe: false\nseed: 1\n")
+    (failed / "error.txt").write_text("boom\n")
+    write_summary(tmp_path)
+    rows = {r["status"]: r for r in md_table((tmp_path / "summary.md").read_text(), "## Runs")}
+    assert (rows["ok"]["epochs"], rows["ok"]["params"], rows["ok"]["seed"]) == ("12", "10", "0")
+    assert (rows["failed"]["epochs"], rows["failed"]["seed"]) == ("", "1")
+    assert pd.read_csv(tmp_path / "summary.csv", dtype=str)["epochs"].tolist() == ["12", np.nan]
+
+
+def multirun_config(sweep, job_dir, num, mode=RunMode.MULTIRUN):
+    return OmegaConf.create({"hydra": {
+        "mode": mode, "runtime": {"output_dir": str(job_dir)}, "job": {"num": num},
+        "overrides": {"task": [f"seed={num}"]}, "sweep": {"dir": str(sweep)},
+        "launcher": {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}}})
+
+
+def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
+    """The callback as Hydra calls it: each job's wall time lands in its own folder (job.json), the sweep's in
+    sweep.json, and both in summary.md beside the training seconds."""
+    sweep = tmp_path / "sweep"
+    callback = SweepSummary()
+    callback.on_multirun_start(multirun_config(sweep, sweep, 0))
+    for num in (0, 1):
+        job_dir = sweep / f"{num}_seed-{num}"
+        callback.on_job_start(multirun_config(sweep, job_dir, num))
+        fake_run(job_dir, seed=num, epoch_times=[0.5, 0.5])
+        time.sleep(0.2)
+        job_return = JobReturn()
+        job_return.status = JobStatus.COMPLETED
+        callback.on_job_end(multirun_config(sweep, job_dir, num), job_return=job_return)
+    callback.on_multirun_end(multirun_config(sweep, sweep, 0))
+
+    record = json.loads((sweep / "sweep.json").read_text())
+    assert record["launcher"].endswith("BasicLauncher") and record["wall_seconds"] >= 0.4
+    assert [j["job"] for j in record["jobs"]] == [0, 1]
+    assert [j["run_dir"] for j in record["jobs"]] == ["0_seed-0", "1_seed-1"]
+    assert all(j["wall_seconds"] >= 0.2 and j["train_seconds"] == 1.0 for j in record["jobs"])
+    assert record["wall_seconds"] >= sum(j["wall_seconds"] for j in record["jobs"])  # one after another
+    assert json.loads((sweep / "0_seed-0" / "job.json").read_text())["overrides"] == ["seed=0"]
+
+    text = (sweep / "summary.md").read_text()
+    assert f"Wall time {record['wall_seconds']:,.1f} s" in text
+    runs = {r["run folder"]: r for r in md_table(text, "## Runs")}
+    assert runs["0_seed-0"]["job s"] == f"{record['jobs'][0]['wall_seconds']:.1f}"
+    assert runs["0_seed-0"]["train s"] == "1.0"
+    assert "2 jobs shared one process" in text  # so their memory does not compare
+
+
+def test_a_single_run_writes_no_job_record(tmp_path):
+    callback = SweepSummary()
+    callback.on_job_start(multirun_config(tmp_path, tmp_path, 0, mode=RunMode.RUN))
+    callback.on_job_end(multirun_config(tmp_path, tmp_path, 0, mode=RunMode.RUN), job_return=JobReturn())
+    assert not (tmp_path / "job.json").exists()

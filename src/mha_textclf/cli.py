@@ -10,8 +10,10 @@ module that sees Hydra's objects; the settings it returns are plain dataclasses.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +23,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType, ValueType
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -29,6 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 from mha_textclf import settings as schema
 from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.summary import write_summary
+from mha_textclf.sweep import JobClock, now, sweep_record
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings,
@@ -135,7 +139,7 @@ def check_override(cls: type, override: Override) -> list[str]:
         return []  # groups and Hydra's own settings: Hydra lists their choices itself
     found = schema.lookup(cls, key)
     if isinstance(found, str):
-        return [found]
+        return [_group_hint(cls, override) or found]
     owner, f = found
     try:
         typed_values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [
@@ -157,6 +161,22 @@ def check_override(cls: type, override: Override) -> list[str]:
         if why:
             mistakes.append(f"{key}={as_typed}: {why}.")
     return mistakes
+
+
+def _group_hint(cls: type, override: Override) -> str | None:
+    """For a misspelt config group (`modle=naive`), the "did you mean" that a misspelt key gets; None when the key
+    is closer to a setting than to one of the app's groups."""
+    key = override.key_or_group
+    if "." in key:
+        return None  # modle.d_model: a setting's path, which lookup() matches against the settings
+    app = next(name for name, schema_cls in SCHEMAS.items() if schema_cls is cls)
+    top_level = [k for k in schema.known_keys(cls) if "." not in k]
+    close = difflib.get_close_matches(key, [*GROUPS[app], *top_level], n=1, cutoff=0.6)
+    if not close or close[0] not in GROUPS[app]:
+        return None
+    options = ", ".join(sorted(p.stem for p in (CONFIG_DIR / close[0]).glob("*.yaml")))
+    return (f"{key} is not a setting or a config group; did you mean "
+            f"{close[0]}={override.input_line.partition('=')[2]}? ({close[0]}: {options})")
 
 
 MAX_JOBS_CHECKED = 1000  # a sweep's jobs are composed ~50 per second; past this, the jobs check themselves
@@ -285,10 +305,32 @@ def run_job(job: Callable[[Path, Callable[[], None]], T], cfg: DictConfig | None
 
 
 class SweepSummary(Callback):
-    """At the end of a multirun, write summary.csv/.md and the comparison plots into the sweep folder."""
+    """A multirun's own record and its summary: each job writes job.json (its wall time) into its folder, in the
+    process that runs it, so that every launcher records it (basic, joblib, submitit); at the end, the multirun
+    process writes sweep.json (the sweep's wall time and every job's) and then summary.csv/.md and the plots."""
+
+    def __init__(self):
+        self.jobs = JobClock()
+        self.started: tuple[str, float] | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.started = (now(), time.perf_counter())
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        if config.hydra.mode == RunMode.MULTIRUN:  # a single run's folder stays as it was
+            self.jobs.start(config.hydra.runtime.output_dir)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
+        # A job this clock did not start (a single run) is not recorded.
+        self.jobs.stop(config.hydra.runtime.output_dir, job=config.hydra.job.num,
+                       overrides=list(config.hydra.overrides.task), status=job_return.status.name)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir)
+        if self.started is not None:
+            started_at, start = self.started
+            sweep_record(folder, launcher=config.hydra.launcher._target_, started_at=started_at,
+                         wall_seconds=time.perf_counter() - start).write(folder)
         paths = write_summary(folder)
         runs = pd.read_csv(paths["summary.csv"])
         log.info(f"sweep summary: {paths['summary.md']}\n{paths['summary.md'].read_text()}")

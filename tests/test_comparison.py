@@ -1,0 +1,101 @@
+"""Paired comparisons: intervals against scipy's own, the noise floor against an exact McNemar test, and verdicts
+that call float-rounding noise noise."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from mha_textclf.comparison import (
+    NOISE_ARTICLES,
+    Interval,
+    accuracy_verdict,
+    paired_t,
+    speed_ratio,
+    speed_verdict,
+)
+
+
+def test_the_noise_floor_is_the_largest_difference_mcnemar_cannot_call_significant():
+    # k discordant articles all going one way: the most significant a net difference of k can ever be.
+    assert stats.binomtest(NOISE_ARTICLES, NOISE_ARTICLES).pvalue >= 0.05
+    assert stats.binomtest(NOISE_ARTICLES + 1, NOISE_ARTICLES + 1).pvalue < 0.05
+
+
+def test_paired_t_matches_scipy():
+    a, b = np.array([0.95, 0.93, 0.96, 0.94]), np.array([0.94, 0.93, 0.94, 0.92])
+    reference = stats.ttest_rel(a, b).confidence_interval(0.95)
+    interval = paired_t((a - b).tolist())
+    assert interval.estimate == pytest.approx((a - b).mean())
+    assert (interval.low, interval.high) == pytest.approx((reference.low, reference.high))
+    assert interval.n == 4
+
+
+def test_one_seed_has_no_interval():
+    interval = paired_t([0.01])
+    assert interval.estimate == 0.01 and interval.low is None and interval.high is None
+
+
+def test_speed_from_three_seeds_is_a_t_interval_on_log_ratios():
+    rng = np.random.default_rng(0)
+    ratios = [1.45, 1.52, 1.58]
+    pairs = [(np.full(12, r) + rng.normal(0, 0.01, 12), np.ones(12) + rng.normal(0, 0.01, 12)) for r in ratios]
+    logs = [math.log(np.median(v) / np.median(r)) for v, r in pairs]
+    reference = stats.ttest_1samp(logs, 0).confidence_interval(0.95)
+    ratio = speed_ratio(pairs)
+    assert ratio.estimate == pytest.approx(math.exp(np.mean(logs)))
+    assert (ratio.low, ratio.high) == pytest.approx((math.exp(reference.low), math.exp(reference.high)))
+    assert ratio.method == "paired t, 3 seeds"
+
+
+def test_speed_from_one_seed_is_a_bootstrap_over_epochs():
+    variant, reference = np.full(12, 1.5), np.full(12, 1.0)
+    variant[0], reference[0] = 9.0, 7.0  # the first epoch's warm-up: medians ignore it
+    ratio = speed_ratio([(variant, reference)])
+    assert ratio.method == "bootstrap over epochs, 1 seed"
+    assert ratio.estimate == pytest.approx(1.5) and ratio.low == pytest.approx(1.5) and ratio.high == pytest.approx(1.5)
+
+    noisy = speed_ratio([(np.linspace(1.4, 1.6, 12), np.linspace(0.95, 1.05, 12))])
+    assert noisy.low < 1.5 / 1.0 < noisy.high and noisy.high / noisy.low < 1.3
+    assert speed_ratio([(np.linspace(1.4, 1.6, 12), np.linspace(0.95, 1.05, 12))]) == noisy  # reproducible
+
+
+def test_too_few_epochs_for_a_bootstrap_give_no_interval():
+    ratio = speed_ratio([([2.0, 1.0], [1.0, 1.0]), ([1.5, 1.5], [1.0, 1.0])])
+    assert ratio.estimate == pytest.approx(1.5) and ratio.low is None
+    assert speed_verdict(ratio) == "1.50× the epoch time (no interval: 2 seeds, and 2 epochs in a run)"
+
+
+def test_speed_verdicts():
+    assert speed_verdict(Interval(1 / 1.52, 1 / 1.55, 1 / 1.49, 1, "")) == "faster by 1.52× (95% CI 1.49–1.55×)"
+    assert speed_verdict(Interval(1.52, 1.49, 1.55, 3, "")) == "slower by 1.52× (95% CI 1.49–1.55×)"
+    assert speed_verdict(Interval(1.01, 0.98, 1.04, 3, "")) == "same speed within noise (1.01×, 95% CI 0.98–1.04×)"
+
+
+def test_two_articles_apart_at_every_seed_is_noise_not_a_result():
+    """The issue's case: variants that compute the same function, a couple of articles apart out of 1000. A constant
+    difference has a zero-width t interval; the article floor still calls it noise."""
+    verdict = accuracy_verdict(paired_t([-0.002, -0.002, -0.002]), 1000)
+    assert verdict.startswith("same within noise (-0.2 points, -2 of 1000 articles")
+
+
+def test_a_difference_above_the_floor_that_every_seed_agrees_on_is_a_result():
+    verdict = accuracy_verdict(paired_t([-0.026, -0.03, -0.028]), 1000)
+    assert verdict.startswith("lower by 2.8 points (-28 of 1000 articles, 95% CI")
+
+
+def test_a_large_difference_whose_interval_contains_zero_is_noise():
+    verdict = accuracy_verdict(paired_t([0.02, -0.015, 0.01]), 1000)
+    assert verdict.startswith("same within noise (+0.5 points")
+
+
+def test_one_seed_above_the_floor_says_it_has_no_interval():
+    assert accuracy_verdict(paired_t([0.012]), 1000) == "higher by 1.2 points at one seed (+12 articles; no interval)"
+    assert accuracy_verdict(paired_t([0.005]), 1000).startswith("same within noise")  # 5 articles: the floor
+
+
+def test_identical_accuracies_say_so():
+    assert accuracy_verdict(paired_t([0.0, 0.0]), 307) == "identical at both seeds"
+    assert accuracy_verdict(paired_t([0.0, 0.0, 0.0]), 307) == "identical at all 3 seeds"
+    assert accuracy_verdict(paired_t([0.0]), 307) == "identical at the one seed"
