@@ -18,6 +18,7 @@ from conftest import REPO, train_in_process
 from mha_textclf import run_folder, training
 from mha_textclf.errors import RunFolderError
 from mha_textclf.reports import RunMetrics
+from mha_textclf.summary import run_row
 
 # Dropout, token dropout, a warm-up + cosine schedule and length grouping carry RNG and schedule state across epochs:
 # continuing must restore all of it for the history to match the uninterrupted run's.
@@ -119,6 +120,8 @@ def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert run_folder.read_status(run_dir)["state"] == run_folder.RUNNING
     assert run_folder.folder_state(run_dir) == run_folder.INTERRUPTED  # nobody holds its lock: it was killed
+    row = run_row(run_dir, tmp_path)  # a summary says so, even where an earlier metrics.json is there (mid-report)
+    assert row["status"] == "interrupted" and "run the same command again" in row["error"]
     metrics = train_in_process(run_dir, *COMMON, data_dir=data_dir)
     assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
     assert run_folder.read_status(run_dir)["attempt"] == 2

@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 from mha_textclf.comparison import RULES, accuracy_verdict, paired_t, speed_ratio, speed_verdict
 from mha_textclf.data import dataset_name
 from mha_textclf.reports import RunMetrics, whole_epochs
+from mha_textclf.run_folder import FAILED, INTERRUPTED, RUNNING, folder_state, read_status
 from mha_textclf.settings import flat, is_training_setting
 from mha_textclf.sweep import JobRecord, SweepRecord
 
@@ -72,7 +73,9 @@ def run_row(run_dir: Path, root: Path) -> dict:
     row = dict.fromkeys(RUN_COLUMNS) | {"run_dir": str(run_dir.relative_to(root)) or ".",
                                         "job_seconds": job.wall_seconds if job else None}
     metrics_path = run_dir / "metrics.json"
-    if not metrics_path.exists():
+    # status.json knows what metrics.json cannot: a run killed (or still running) since its last report.
+    state = folder_state(run_dir)
+    if not metrics_path.exists() or (state in (RUNNING, INTERRUPTED) and read_status(run_dir).get("state") == RUNNING):
         config_path = next((p for p in (run_dir / "config.yaml", run_dir / ".hydra" / "config.yaml") if p.exists()),
                            None)
         config = yaml.safe_load(config_path.read_text()) if config_path else {}
@@ -80,9 +83,11 @@ def run_row(run_dir: Path, root: Path) -> dict:
         path = (config.get("data") or {}).get("path")
         return row | {"dataset": dataset_name(path) if path and "${" not in path else None,
                       "model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
-                      "seed": config.get("seed"), "status": "failed",
-                      "error": " ".join(error.read_text().split()) if error.exists() else
-                      "no metrics.json and no error.txt: killed, or still running"}
+                      "seed": config.get("seed"), "status": state if state in (RUNNING, INTERRUPTED) else "failed",
+                      "error": " ".join(error.read_text().split()) if error.exists() and state == FAILED else
+                      "running now" if state == RUNNING else
+                      "killed before it finished: run the same command again to continue it" if state == INTERRUPTED
+                      else "no metrics.json and no error.txt"}
     try:
         m = RunMetrics.read(metrics_path)
     except (ValueError, TypeError, KeyError) as e:
