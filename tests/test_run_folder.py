@@ -257,3 +257,59 @@ def test_a_finished_sweep_run_again_through_a_launcher_trains_nothing(data_dir, 
     assert again.returncode == 0, output
     assert {job: fingerprint(job) for job in sweep_dir.glob("[01]_*")} == before
     assert len(before) == 2 and all(run_folder.read_status(job)["attempt"] == 1 for job in before)
+
+
+@pytest.mark.slow
+def test_overwrite_and_resume_of_the_same_folder_are_refused_and_overwrite_holds_once_per_slurm_job(
+        data_dir, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    before = fingerprint(run_dir)
+    with pytest.raises(RunFolderError, match="overwrite=true would delete what resume="):
+        train_in_process(run_dir, *COMMON, "overwrite=true", f"resume={run_dir}", data_dir=data_dir)
+    assert fingerprint(run_dir) == before
+    # A Slurm job started with overwrite=true starts afresh once; requeued (same job id), it continues what it began.
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
+    assert run_folder.read_status(run_dir)["launch"] == "slurm 41"
+    monkeypatch.setattr(training, "_train_epoch", lambda *a, **k: pytest.fail("the requeued job started afresh"))
+    train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
+
+
+@pytest.mark.slow
+def test_fewer_epochs_than_already_trained_are_refused(data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    constant = [*COMMON, "trainer.schedule=constant", "trainer.warmup_epochs=0"]
+    train_in_process(run_dir, *constant, data_dir=data_dir)
+    with pytest.raises(RunFolderError, match=r"trainer.epochs=2, but the run to continue has already trained 3"):
+        train_in_process(run_dir, *constant, "trainer.epochs=2", data_dir=data_dir)
+    longer = train_in_process(run_dir, *constant, "trainer.epochs=4", data_dir=data_dir)  # a constant lr: longer
+    assert longer.epochs == 4 and [int(r["epoch"]) for r in rows(run_dir)] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path, monkeypatch, uninterrupted):
+    part, resumed = tmp_path / "part", tmp_path / "resumed"
+    real_epoch = training._train_epoch
+
+    def epoch(*args):
+        if args[6] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_epoch(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "_train_epoch", epoch)
+        train_in_process(part, *COMMON, data_dir=data_dir)
+    with monkeypatch.context() as patch:  # the resumed run dies while it loads its data
+        patch.setattr(training, "_train_epoch", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
+
+    def not_epoch_1(*args):
+        assert args[6] != 1, "started from scratch instead of resuming"
+        return real_epoch(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "_train_epoch", not_epoch_1)
+        metrics = train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
+    assert_same_as_uninterrupted(resumed, metrics, uninterrupted)

@@ -269,16 +269,21 @@ def run_job(job: Callable[[Path, Callable[[], None]], T], cfg: DictConfig | None
     hydra_cfg = HydraConfig.get()
     run_dir, in_sweep = Path(hydra_cfg.runtime.output_dir), hydra_cfg.mode == RunMode.MULTIRUN
 
+    claimed = False
+
     def record() -> None:
-        if cfg is not None and not (run_dir / ".hydra" / "hydra.yaml").exists():
+        nonlocal claimed
+        claimed = True
+        if cfg is not None:
             (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
             OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
             OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), run_dir / ".hydra" / "hydra.yaml")
             OmegaConf.save(hydra_cfg.overrides.task, run_dir / ".hydra" / "overrides.yaml")
 
     def record_failure(message: str) -> None:
-        record()
-        (run_dir / "error.txt").write_text(message + "\n")
+        if claimed or not (run_dir / "config.yaml").exists():  # never into a folder that holds another run
+            record()
+            (run_dir / "error.txt").write_text(message + "\n")
 
     try:
         return job(run_dir, record)

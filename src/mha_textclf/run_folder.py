@@ -44,10 +44,11 @@ STATUS = "status.json"
 RUNNING, INTERRUPTED, FAILED, FINISHED = "running", "interrupted", "failed", "finished"
 # Besides what is not trained (settings.NOT_TRAINING), a continued run may train longer and find its data elsewhere.
 CONTINUABLE_CHANGES = {"trainer.epochs", "data.path"}
-# What a run writes here, and so what `overwrite=true` deletes. Hydra's own record (.hydra/) and the log it appends
-# to are the new run's already; anything else in the folder is not ours to delete.
-RUN_FILES = ("config.yaml", STATUS, "history.csv", "metrics.json", "model.pt", "best.pt", "last.pt", "error.txt",
-             "order_probe.json", "tokenizer", "tensorboard", "loss_curve.png", "classification_report_*",
+# What a run writes here, and so what `overwrite=true` deletes; config.yaml first, so that a kill mid-way leaves a
+# folder that reads as new. Hydra's log (train.log) is appended to, a journal of the folder; anything else in the
+# folder is not ours to delete.
+RUN_FILES = ("config.yaml", STATUS, ".hydra", "history.csv", "metrics.json", "model.pt", "best.pt", "last.pt",
+             "error.txt", "order_probe.json", "tokenizer", "tensorboard", "loss_curve.png", "classification_report_*",
              "confusion_matrix_*", "attention_*.png")
 
 
@@ -113,6 +114,7 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
                 write_history(run_dir / "history.csv", start.state["history"])
             (run_dir / "error.txt").unlink(missing_ok=True)
             mark(run_dir, RUNNING, attempt=start.attempt, pid=os.getpid(), host=socket.gethostname(),
+                 launch=launch_id(), message=None, interrupted_by=None,
                  started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=len(start.state["history"])
                  if start.state else 0)
         yield start
@@ -122,36 +124,55 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Start
     status = read_status(run_dir)
     attempt = status.get("attempt", 0) + 1
     has_run = (run_dir / "config.yaml").is_file()
-    if has_run and not settings.overwrite:
-        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-        changed = changed_settings(flat(saved), flat(asdict(settings)))
+    resumes_itself = settings.resume is not None and Path(settings.resume).expanduser().resolve() == run_dir.resolve()
+    if settings.overwrite and resumes_itself:
+        raise RunFolderError(f"overwrite=true would delete what resume={settings.resume} continues; drop one of them.")
+    # A requeued Slurm job runs its command again, overwrite=true included: it continues what its first start began.
+    overwrite = settings.overwrite and not (launch_id() and status.get("launch") == launch_id())
+    if has_run and not overwrite:
+        saved, now = flat(yaml.safe_load((run_dir / "config.yaml").read_text())), flat(asdict(settings))
+        changed = changed_settings(saved, now)
         if changed:
-            differences = "; ".join(f"{k}={show(flat(saved)[k])} there, {show(flat(asdict(settings))[k])} now"
-                                    for k in changed)
             raise RunFolderError(
-                f"{run_dir} holds a run with other training settings ({differences}); nothing was changed. Choose "
-                "another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or start afresh "
-                "in this one with overwrite=true (its results are deleted).")
+                f"{run_dir} holds a run with other training settings ({differences(saved, now, changed, 'there')}); "
+                "nothing was changed. Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for "
+                "a sweep), or start afresh in this one with overwrite=true (its results are deleted).")
         last = run_dir / "last.pt"
         if status.get("state") == FINISHED and (run_dir / "metrics.json").is_file() and (
-                not last.is_file() or _epochs_of(saved) == settings.trainer.epochs):
+                not last.is_file() or saved.get("trainer.epochs") == settings.trainer.epochs):
             log.info(f"{run_dir} already holds this run, finished: nothing to train (overwrite=true trains it again)")
             return Start(finished=RunMetrics.read(run_dir / "metrics.json"), attempt=attempt - 1)
         if last.is_file():
             state = _load_state(last, f"continue the run in {run_dir}")
+            _check_epochs(state, settings)
             log.info(f"continuing the run in {run_dir} after epoch {state['epoch']} (attempt {attempt})")
             return Start(state=state, in_place=True, attempt=attempt)
+        if settings.resume is not None and not resumes_itself:  # killed before its first epoch: resume still holds
+            return Start(state=resume_state(settings), attempt=attempt)
         log.info(f"{run_dir} holds a run that finished no epoch: starting it afresh")
         return Start(attempt=attempt)
-    if settings.overwrite and has_run:
+    if overwrite and has_run:
         log.info(f"overwrite=true: deleting the run in {run_dir} and starting afresh")
     if settings.resume is not None:
         return Start(state=resume_state(settings), attempt=1)
     return Start(attempt=1)
 
 
-def _epochs_of(saved: dict) -> int | None:
-    return (saved.get("trainer") or {}).get("epochs")
+def launch_id() -> str | None:
+    """What stays the same when Slurm requeues a job (and differs between two submissions of it)."""
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        return f"slurm {os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+    return f"slurm {os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID") else None
+
+
+def differences(saved: dict, now: dict, keys: list[str], where: str) -> str:
+    return "; ".join(f"{k}={show(saved[k])} {where}, {show(now[k])} now" for k in keys)
+
+
+def _check_epochs(state: dict, settings: TrainSettings) -> None:
+    if state["epoch"] > settings.trainer.epochs:
+        raise RunFolderError(f"trainer.epochs={settings.trainer.epochs}, but the run to continue has already trained "
+                             f"{state['epoch']} epochs; give trainer.epochs={state['epoch']} or more.")
 
 
 def _load_state(path: Path, what: str) -> dict:
@@ -172,9 +193,10 @@ def resume_state(settings: TrainSettings) -> dict:
         original = state["metadata"]["overrides"]
         given = {o.split("=", 1)[0].lstrip("+~") for o in original}
         repeat = original + [f"{k}={show(saved[k])}" for k in changed if k not in given]
-        differences = "; ".join(f"{k}={show(saved[k])} then, {show(now[k])} now" for k in changed)
-        raise UserError(f"resume={settings.resume} continues a run with other settings ({differences}). Resume it "
-                        f"with its own: python -m train {join(repeat)} resume={settings.resume}")
+        raise UserError(f"resume={settings.resume} continues a run with other settings "
+                        f"({differences(saved, now, changed, 'then')}). Resume it with its own: "
+                        f"python -m train {join(repeat)} resume={settings.resume}")
+    _check_epochs(state, settings)
     log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
     return state
 
@@ -190,13 +212,18 @@ def _lock(run_dir: Path) -> Iterator[None]:
     # flock, not a lock file's existence: the kernel releases it when the holder dies, so a SIGKILLed or preempted
     # run never leaves the folder locked.
     with (run_dir / ".lock").open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        for wait in (0.1, 0.3, 1.0, None):  # a reader's brief probe (_locked) is no reason to refuse
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if wait is not None:
+                    time.sleep(wait)
+        else:
             status = read_status(run_dir)
             raise RunFolderError(f"Another process (pid {status.get('pid', '?')} on {status.get('host', '?')}) is "
-                              f"running in {run_dir}. Wait for it to finish, stop it, or choose another folder "
-                              "(hydra.run.dir=<folder>).") from None
+                                 f"running in {run_dir}. Wait for it to finish, stop it, or choose another folder "
+                                 "(hydra.run.dir=<folder>).") from None
         try:
             yield
         finally:

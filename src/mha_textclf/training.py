@@ -281,7 +281,8 @@ def _train_epoch(model, loader, optimizer, scheduler, config: TrainerSettings, d
         if not math.isfinite(value):
             raise DivergenceError(f"The training loss became {value} at epoch {epoch}, step {step}; training "
                                   "stopped. history.csv and last.pt keep the epochs finished before it. Lower "
-                                  "trainer.lr (or check the data) and train again.")
+                                  "trainer.lr (or check the data) and train again, in another folder or "
+                                  "here with overwrite=true.")
         B = batch["labels"].size(0)
         total_loss += value * B
         n_samples += B
