@@ -5,8 +5,8 @@ best value; and what a trial's data, tokenizer and encoding stages cost when bui
     python scripts/measure_search.py n_trials=16      # any setting of python -m search, given to every worker
 
 Run it from the repository root on an otherwise idle machine. Each study is new (outputs/search/measure_<n>_workers,
-removed first), and the tokenizer is learned once beforehand, so that no study pays for it. Prints the README's
-numbers as Markdown.
+removed first), and the tokenizer is learned once beforehand, so that no study pays for it. Prints the numbers of
+docs/search.md ("Measured") as Markdown.
 """
 
 import json

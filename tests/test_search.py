@@ -310,11 +310,11 @@ def test_a_killed_worker_s_trial_is_failed_and_run_again_when_the_same_command_r
     assert_reports_describe(study, study_dir)
 
 
-def readme_array_command() -> tuple[list[str], list[str]]:
-    """The README's Slurm array command: sbatch's options, and the search's own arguments."""
-    readme = (REPO / "README.md").read_text()
-    found = re.search(r'sbatch (.+?) --wrap "python -m search ?(.*?)"', readme.replace("\\\n", " "))
-    assert found, "the README's search section lost its sbatch --array command"
+def documented_array_command() -> tuple[list[str], list[str]]:
+    """The Slurm array command of docs/search.md: sbatch's options, and the search's own arguments."""
+    page = (REPO / "docs" / "search.md").read_text()
+    found = re.search(r'sbatch (.+?) --wrap "python -m search ?(.*?)"', page.replace("\\\n", " "))
+    assert found, "docs/search.md lost its sbatch --array command"
     return shlex.split(found.group(1)), shlex.split(found.group(2))
 
 
@@ -322,7 +322,7 @@ def readme_array_command() -> tuple[list[str], list[str]]:
 @pytest.mark.slurm
 def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, data_dir, tmp_path):
     partition = slurm_cluster.partition
-    options, arguments = readme_array_command()
+    options, arguments = documented_array_command()
     study_dir, n_trials = tmp_path / "tiny", 6
     options = [re.sub(r"^--array=.*", "--array=1-2", o).replace("<partition>", partition)
                .replace("outputs/search/", f"{tmp_path}/") for o in options]

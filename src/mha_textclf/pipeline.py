@@ -1,5 +1,5 @@
 """The training pipeline, without Hydra: `train(settings, run_dir)` reads top to bottom: device, data, tokenizer,
-model, fit, reports, probes, and leaves a self-describing run folder (README, "What a run leaves behind").
+model, fit, reports, probes, and leaves a self-describing run folder (docs/runs.md, "What a run leaves behind").
 
 The entry points (`python -m train`, `python -m search`) compose the typed settings and call `train`; tests call it
 directly.
@@ -54,7 +54,7 @@ log = logging.getLogger("train")
 def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (), threads: int | None = None,
           sweep: str | None = None, on_epoch_end: Callable[[dict], bool | None] = lambda row: None,
           on_start: Callable[[], None] = lambda: None, inputs: InputCache | None = None) -> RunMetrics:
-    """Train, evaluate on val and test, and write the run folder `run_dir` (see README, "What a run leaves behind").
+    """Train, evaluate on val and test, and write the run folder `run_dir` (see docs/runs.md).
 
     A folder that already holds this run is continued after its last finished epoch, or, finished, only reported
     (see run_folder.py). `overrides` are the command-line settings, recorded so that an interrupted run can say how
