@@ -1,5 +1,6 @@
-"""End to end: one in-process run checks the run-folder contract, one multirun through the CLI compares the
-variants, and the stopping rules (early stopping, a signal during the final evaluation) leave honest reports."""
+"""End to end: the shared tiny run checks the run-folder contract and what its files say (against scikit-learn and
+the run's own model and data), one multirun through the CLI compares the variants, and the stopping rules (early
+stopping, a diverging loss, a signal during the final evaluation) leave honest files."""
 
 import csv
 import json
@@ -10,18 +11,25 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
+import torch.nn.functional as F
 import yaml
+from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 
-from conftest import REPO, run_train, settings_for, train_in_process
+from conftest import REPO, logits_one_by_one, run_split, run_train, settings_for, train_in_process
 from mha_textclf import pipeline as train_module
+from mha_textclf import training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
-from mha_textclf.errors import UserError
+from mha_textclf.inference import load_run, predict
+from mha_textclf.model import TextClassifier
 from mha_textclf.reports import RunMetrics
 from mha_textclf.settings import DataSettings
-from mha_textclf.tokenizer import load_tokenizer
+from mha_textclf.tokenizer import load_tokenizer, train_tokenizer
+from mha_textclf.training import DivergenceError
 
 SMOKE = ["experiment=smoke"]
 CONTRACT = ["config.yaml", "history.csv", "loss_curve.png", "classification_report_val.txt",
@@ -35,20 +43,17 @@ def history(run_dir: Path) -> list[dict]:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-@pytest.mark.slow
-def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
-    run_dir = tmp_path / "run"
-    returned = train_in_process(run_dir, "model=efficient", "pe=true", *SMOKE, data_dir=data_dir)
+def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
+    run_dir = smoke_run.dir
     missing = [name for name in CONTRACT if not (run_dir / name).is_file()]
     assert not missing, f"missing from the run folder: {missing}"
 
     metrics = RunMetrics.read(run_dir / "metrics.json")
-    assert metrics == returned
+    assert metrics == smoke_run.metrics
     assert metrics.model == "efficient" and metrics.pe is True and metrics.seed == 0
     assert metrics.device == "cpu" and metrics.epochs == 2
     assert metrics.class_names == ["tech", "business", "sport", "entertainment", "politics"]
-    assert (metrics.val.n_samples, metrics.test.n_samples) == (17, 53)
-    assert 0 <= metrics.val.accuracy <= 1 and metrics.tokens_per_second > 0
+    assert (metrics.train_samples, metrics.val.n_samples, metrics.test.n_samples) == (48, 17, 53)
     assert {"torch", "transformers", "tokenizers", "python"} <= set(metrics.versions)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())  # the resolved settings the run used
     assert config["model"]["attention"] == "efficient" and config["data"]["path"] == str(data_dir)
@@ -60,6 +65,11 @@ def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
     assert rows[-1]["elapsed_train_seconds"] == pytest.approx(sum(r["train_seconds"] for r in rows))
     assert metrics.train_seconds == pytest.approx(rows[-1]["elapsed_train_seconds"])
     assert metrics.eval_seconds == pytest.approx(sum(r["eval_seconds"] for r in rows))
+    # Real (non-padding) training tokens: every text of the training split, cut at max_length, once per epoch.
+    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length=128)
+    lengths = [len(ids) for ids in tokenizer(run_split(run_dir, "train").texts, truncation=False)["input_ids"]]
+    assert [r["train_tokens"] for r in rows] == [sum(min(n, 128) for n in lengths)] * 2
+    assert metrics.tokens_per_second == pytest.approx(sum(r["train_tokens"] for r in rows) / metrics.train_seconds)
     assert set(metrics.stages) == {"data", "tokenizer", "encode", "fit", "reports"}
     assert all(s["seconds"] >= 0 and s["peak_memory_mb"] > 0 for s in metrics.stages.values())
     assert metrics.time_to_accuracy == {  # the first epoch at each level, in training seconds
@@ -67,17 +77,66 @@ def test_single_run_writes_the_whole_contract(data_dir, tmp_path):
         for level in (0.85, 0.9, 0.95)}
     best = min(rows, key=lambda r: r["val_loss"])  # reports come from the epoch with the lowest validation loss
     assert metrics.best_epoch == best["epoch"] and best["val_accuracy"] == pytest.approx(metrics.val.accuracy)
-    report = json.loads((run_dir / "classification_report_test.json").read_text())
-    assert set(metrics.class_names) <= set(report)  # class names, not ids
 
     model, class_names = load_checkpoint(run_dir / "model.pt")
     assert model.config.attention == "efficient" and model.config.pe and class_names == metrics.class_names
-    # best.pt is a drop-in model too: same weights (the best epoch is the last here), same class names.
-    best_model, best_names = load_checkpoint(run_dir / "best.pt")
+    best_model, best_names = load_checkpoint(run_dir / "best.pt")  # a drop-in model too (weights: see below)
     assert best_names == metrics.class_names and best_model.config == model.config
-    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length=512)
     assert len(tokenizer) == model.config.vocab_size == metrics.vocab_size
     assert model.num_parameters() == metrics.params
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_reports_and_confusion_matrices_are_scikit_learns_on_the_split_they_name(smoke_run, split):
+    """Recomputed from model.pt, one text at a time, on the split settled afresh from config.yaml."""
+    run = load_run(smoke_run.dir)
+    data = run_split(smoke_run.dir, split)
+    logits = logits_one_by_one(run.model, run.tokenizer, data.texts)
+    labels, predictions = data.labels, logits.argmax(-1).tolist()
+    ids = list(range(len(run.class_names)))
+    kwargs = {"labels": ids, "target_names": run.class_names, "zero_division": 0, "digits": 4}
+    assert json.loads((smoke_run.dir / f"classification_report_{split}.json").read_text()) == classification_report(
+        labels, predictions, output_dict=True, **kwargs)
+    assert (smoke_run.dir / f"classification_report_{split}.txt").read_text() == classification_report(
+        labels, predictions, **kwargs)
+    metrics = getattr(RunMetrics.read(smoke_run.dir / "metrics.json"), split)
+    assert metrics.n_samples == len(labels) == {"val": 17, "test": 53}[split]
+    assert metrics.accuracy == pytest.approx(accuracy_score(labels, predictions))
+    assert metrics.macro_f1 == pytest.approx(f1_score(labels, predictions, labels=ids, average="macro",
+                                                      zero_division=0))
+    assert metrics.loss == pytest.approx(F.cross_entropy(logits, torch.tensor(labels)).item(), rel=1e-5)
+
+    # The plot: true classes down, predictions across, each row normalised, the numbers in the cells.
+    matrix = confusion_matrix(labels, predictions, labels=ids, normalize="true")
+    assert not np.allclose(matrix, confusion_matrix(predictions, labels, labels=ids, normalize="true"))  # (so
+    # that a swap of the two would show)
+    ax = smoke_run.figures[f"confusion_matrix_{split}.png"].axes[0]
+    np.testing.assert_allclose(ax.images[0].get_array(), matrix)
+    assert (ax.get_ylabel(), ax.get_xlabel()) == ("True label", "Predicted label")
+    assert [t.get_text() for t in ax.get_yticklabels()] == [t.get_text() for t in ax.get_xticklabels()] == \
+        run.class_names
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    assert cells == {(i, j): f"{matrix[i, j]:.2f}" for i in ids for j in ids}  # (row, column): its number
+    assert ax.get_title().startswith(f"efficient, pe=True on bbc-news: {split} ({len(labels)} texts)\n")
+
+
+def test_the_loss_curve_draws_each_epochs_train_and_val_loss_and_marks_the_reported_epoch(smoke_run):
+    ax = smoke_run.figures["loss_curve.png"].axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    rows = history(smoke_run.dir)
+    for label, column in (("train", "train_loss"), ("val", "val_loss")):
+        assert list(lines[label].get_xdata()) == [r["epoch"] for r in rows]
+        np.testing.assert_allclose(lines[label].get_ydata(), [r[column] for r in rows], rtol=1e-12)
+    (mark,) = [line for label, line in lines.items() if label.startswith("reported model")]
+    assert set(mark.get_xdata()) == {smoke_run.metrics.best_epoch}
+
+
+def test_the_tokenizer_is_learned_on_the_training_texts_only(smoke_run):
+    splits = {split: run_split(smoke_run.dir, split) for split in ("train", "val", "test")}
+    saved = load_tokenizer(smoke_run.dir / "tokenizer", max_length=128).get_vocab()
+    assert saved == train_tokenizer(splits["train"].texts, vocab_size=1000).get_vocab()
+    every_text = [text for split in splits.values() for text in split.texts]
+    assert saved != train_tokenizer(every_text, vocab_size=1000).get_vocab()  # (so that the check can fail)
 
 
 def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, data_dir):
@@ -136,9 +195,10 @@ PATIENCE = 1
 
 
 @pytest.mark.slow
-def test_long_inputs_and_early_stopping_end_to_end(data_dir, tmp_path):
+def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs(data_dir, tmp_path):
     # A learning rate this high overshoots: the validation loss rises again within a few epochs, so patience ends
-    # the run before trainer.epochs (checked below, so that a run that ignored patience could not pass).
+    # the run before trainer.epochs (checked below, so that a run that ignored patience could not pass), and the
+    # best epoch is not the last one.
     metrics = train_in_process(
         tmp_path, "pe=true", "data.max_length=1024", "data.max_train_samples=48", "trainer.epochs=8",
         f"trainer.patience={PATIENCE}", "trainer.lr=3e-2", "trainer.schedule=constant", "trainer.grad_clip=1.0",
@@ -150,14 +210,76 @@ def test_long_inputs_and_early_stopping_end_to_end(data_dir, tmp_path):
     tokenizer = load_tokenizer(tmp_path / "tokenizer", max_length=1024)
     texts = load_corpus(DataSettings(path=str(data_dir), max_train_samples=48), seed=0).train.texts
     lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
-    trained_on = load_training_state(tmp_path / "last.pt")["history"][0]["train_tokens"]
-    assert trained_on == sum(min(n, 1024) for n in lengths) > sum(min(n, 512) for n in lengths)
+    last = load_training_state(tmp_path / "last.pt")
+    assert last["history"][0]["train_tokens"] == sum(min(n, 1024) for n in lengths) > sum(min(n, 512) for n in lengths)
     rows = history(tmp_path)
     best = min(rows, key=lambda r: r["val_loss"])
-    assert metrics.best_epoch == best["epoch"] and (tmp_path / "best.pt").exists()
-    assert metrics.val.loss == pytest.approx(best["val_loss"], rel=1e-6)  # reported from the best epoch
     # Patience: the run ends exactly PATIENCE epochs after its best, and before its last epoch.
     assert metrics.stopped_early and len(rows) == metrics.best_epoch + PATIENCE < 8
+    assert metrics.best_epoch == best["epoch"] and rows[-1]["val_loss"] > 1.01 * best["val_loss"]
+
+    # best.pt and model.pt hold the best epoch's weights, last.pt the last epoch's: evaluated afresh on the
+    # validation split, each gives the validation loss history.csv recorded for its epoch.
+    val = run_split(tmp_path, "val")
+
+    def val_loss(weights: dict) -> float:
+        evaluated = TextClassifier(model.config)
+        evaluated.load_state_dict(weights)
+        return F.cross_entropy(logits_one_by_one(evaluated, tokenizer, val.texts), torch.tensor(val.labels)).item()
+
+    best_pt, _ = load_checkpoint(tmp_path / "best.pt")
+    assert val_loss(best_pt.state_dict()) == pytest.approx(best["val_loss"], rel=1e-5)
+    assert val_loss(model.state_dict()) == pytest.approx(best["val_loss"], rel=1e-5)
+    assert val_loss(last["model"]) == pytest.approx(rows[-1]["val_loss"], rel=1e-5)
+    # The reports and metrics.json describe that epoch.
+    assert metrics.val.loss == pytest.approx(best["val_loss"], rel=1e-6)
+    report = json.loads((tmp_path / "classification_report_val.json").read_text())
+    assert report["accuracy"] == pytest.approx(best["val_accuracy"]) == metrics.val.accuracy
+
+
+def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, tmp_path, monkeypatch):
+    real_epoch = training._train_epoch
+
+    def diverging_in_epoch_2(model, loader, optimizer, scheduler, config, device, epoch, *args):
+        if epoch == 2:
+            with torch.no_grad():
+                model.classifier[0].weight.fill_(float("nan"))
+        return real_epoch(model, loader, optimizer, scheduler, config, device, epoch, *args)
+
+    monkeypatch.setattr(training, "_train_epoch", diverging_in_epoch_2)
+    with pytest.raises(DivergenceError, match=r"became nan at epoch 2, step 1; .* history\.csv and last\.pt keep "
+                                              r"the epochs finished before it"):
+        train_in_process(tmp_path, *SMOKE, "trainer.epochs=3", "probes.attention=[]", data_dir=data_dir)
+    (row,) = history(tmp_path)
+    assert row["epoch"] == 1
+    state = load_training_state(tmp_path / "last.pt")
+    assert state["epoch"] == 1 and [r["epoch"] for r in state["history"]] == [1]
+    assert state["history"][0]["val_loss"] == pytest.approx(row["val_loss"], rel=1e-12)
+    assert all(t.isfinite().all() for t in state["model"].values() if t.is_floating_point())
+    best, _ = load_checkpoint(tmp_path / "best.pt")  # epoch 1, the best so far
+    assert all(t.isfinite().all() for t in best.state_dict().values() if t.is_floating_point())
+
+
+def test_relative_paths_are_read_from_the_folder_the_command_runs_in(data_dir, minilm_dir, tmp_path, monkeypatch):
+    """data.path (here through BBC_NEWS_PATH), tokenizer.base, resume= and predict's run_dir=, each relative, as
+    in the README: `export BBC_NEWS_PATH=../shared/data/bbc-news`."""
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    (tmp_path / "shared" / "data" / "bbc-news").symlink_to(data_dir)
+    (tmp_path / "shared" / "tokenizers").mkdir()
+    (tmp_path / "shared" / "tokenizers" / "minilm").symlink_to(minilm_dir)
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(tmp_path / "project")
+    monkeypatch.setenv("BBC_NEWS_PATH", "../shared/data/bbc-news")
+    tiny = [*SMOKE, "trainer.epochs=1", "probes.attention=[]", "tokenizer.base=../shared/tokenizers/minilm"]
+    settings = settings_for(*tiny)
+    assert settings.data.path == "../shared/data/bbc-news"  # as given: read from here, wherever that is
+    metrics = train_module.train(settings, Path("run"))
+    assert metrics.dataset == "bbc-news" and metrics.train_samples == 48
+    assert (tmp_path / "project" / "run" / "metrics.json").is_file()
+    resumed = train_module.train(settings_for(*tiny, "resume=run"), Path("resumed"))
+    assert resumed.epochs == 1 and [r["epoch"] for r in history(tmp_path / "project" / "resumed")] == [1]
+    table = predict(settings_for("run_dir=run", "text=the striker scored twice", app="predict"))
+    assert table["predicted"].tolist()[0] in metrics.class_names
 
 
 def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypatch, tmp_path, data_dir):
@@ -176,11 +298,6 @@ def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypat
     assert RunMetrics.read(tmp_path / "metrics.json") == metrics
     assert (tmp_path / "classification_report_test.txt").exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is gone again
-
-
-def test_a_diverging_loss_stops_with_epoch_and_step(data_dir, tmp_path):
-    with pytest.raises(UserError, match="The training loss became nan at epoch 1, step"):
-        train_in_process(tmp_path, *SMOKE, "trainer.lr=1e30", "trainer.batch_size=4", data_dir=data_dir)
 
 
 TIMES = {"train_seconds", "eval_seconds", "elapsed_train_seconds"}
