@@ -1,11 +1,15 @@
 """The WordPiece tokenizer: size, special tokens, truncation, save/load, both training modes, the cache."""
 
+import itertools
+import json
 import multiprocessing as mp
 import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mha_textclf import tokenizer as tok
 from mha_textclf.errors import UserError
@@ -136,3 +140,52 @@ def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts)
         whole = trained(long_texts, truncation=True, max_length=max_length)["input_ids"]
         assert got == whole
     assert len(long_texts[0]) > 100 * 16  # the prefix path was taken
+
+
+def reference_wordpiece(words: Counter, vocab_size: int, specials: list[str], prefix: str = "##") -> list[str]:
+    """The vocabulary learn_wordpiece promises, the slow obvious way: recount every pair after every merge, take the
+    most frequent, ties to the pair whose tokens' text sorts first."""
+    alphabet = sorted({c for w in words for c in w}) + sorted({prefix + c for w in words for c in w[1:]})
+    vocab = specials + [t for t in alphabet if t not in specials]
+    pieces = {w: [w[0], *(prefix + c for c in w[1:])] for w in words}
+    while len(vocab) < vocab_size:
+        pairs = Counter()
+        for word, n in words.items():
+            for pair in itertools.pairwise(pieces[word]):
+                pairs[pair] += n
+        if not pairs:
+            break
+        a, b = min(pairs, key=lambda pair: (-pairs[pair], pair))
+        token = a + b.removeprefix(prefix)
+        if token not in vocab:
+            vocab.append(token)
+        for word, split in pieces.items():
+            merged, i = [], 0
+            while i < len(split):
+                if split[i : i + 2] == [a, b]:
+                    merged.append(token)
+                    i += 2
+                else:
+                    merged.append(split[i])
+                    i += 1
+            pieces[word] = merged
+    return vocab
+
+
+# Few letters, so that words repeat and pairs tie often; punctuation and case for the pre-tokenizer and normalizer.
+small_corpora = st.lists(st.lists(st.text("abcdAé-", min_size=1, max_size=7), min_size=1, max_size=6).map(" ".join),
+                         min_size=1, max_size=10)
+
+
+@settings(max_examples=40)
+@given(texts=small_corpora, extra=st.integers(0, 40), data=st.data())
+def test_random_small_corpora_learn_the_reference_vocabulary_and_the_same_file_in_any_order(texts, extra, data):
+    backend = tok.Tokenizer.from_str(json.dumps(tok._pipeline(None)[0]))  # the normalizer and pre-tokenizer
+    words = tok.count_words(texts, backend)
+    vocab_size = len(tok.learn_wordpiece(words, 0, tok.SPECIAL_TOKENS)) + extra  # the alphabet, then `extra` merges
+    assert tok.learn_wordpiece(words, vocab_size, tok.SPECIAL_TOKENS) == reference_wordpiece(
+        words, vocab_size, tok.SPECIAL_TOKENS)
+    # Byte-identical tokenizer.json whatever the order of the texts (and so of the words' first appearance).
+    first = tok.train_tokenizer(texts, vocab_size).backend_tokenizer.to_str()
+    shuffled = data.draw(st.permutations(texts))
+    assert tok.train_tokenizer(shuffled, vocab_size).backend_tokenizer.to_str() == first
