@@ -117,10 +117,10 @@ def train_in_process(run_dir: Path, *overrides: str, data_dir: Path, **kwargs):
     return train(settings_for(f"data.path={data_dir}", *overrides), run_dir, overrides=list(overrides), **kwargs)
 
 
-def run_cli(module: str, *overrides: str, data_dir: Path | None = None,
-            cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it."""
-    env = os.environ | ({"BBC_NEWS_PATH": str(data_dir)} if data_dir else {})
+def run_cli(module: str, *overrides: str, data_dir: Path | None = None, cwd: Path = REPO,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it (`env`: variables to add)."""
+    env = os.environ | ({"BBC_NEWS_PATH": str(data_dir)} if data_dir else {}) | (env or {})
     return subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
 

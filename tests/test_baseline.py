@@ -7,10 +7,27 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, settings_for
+from conftest import REPO, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline
 from mha_textclf.data import load_corpus
 from mha_textclf.reports import RunMetrics
+
+
+def test_wordpiece_features_are_cut_at_max_length_and_word_features_read_the_whole_text(tmp_path):
+    """The class word comes after 20 words of filler: cut at 16 tokens (as the attention models would be), the
+    wordpiece baseline sees no difference between the classes; with 64 it does, and word n-grams always do."""
+    def rows(n):
+        return [{"text": " ".join(["same"] * 20 + [colour, f"note{i}"]), "label": colour}
+                for colour in ("red", "blue") for i in range(n)]
+
+    data = write_jsonl(tmp_path / "data", {"train": rows(12), "test": rows(4)})
+    accuracy = {}
+    for features, max_length in (("wordpiece", 16), ("wordpiece", 64), ("words", 16)):
+        settings = settings_for(f"data.path={data}", f"data.max_length={max_length}", f"features={features}",
+                                f"tokenizer.cache_dir={tmp_path / 'cache'}", app="baseline")
+        metrics = run_baseline(settings, tmp_path / f"{features}-{max_length}")
+        accuracy[features, max_length] = (metrics.val.accuracy, metrics.test.accuracy)
+    assert accuracy == {("wordpiece", 16): (0.5, 0.5), ("wordpiece", 64): (1.0, 1.0), ("words", 16): (1.0, 1.0)}
 
 
 @pytest.mark.slow

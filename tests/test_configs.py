@@ -145,10 +145,15 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_runs(experiment, data_dir, tmp_path):
-    """Each experiment file, shrunk to one epoch on a sliver of the data, runs the whole pipeline."""
+def test_every_experiment_runs(experiment, data_dir, tmp_path, request):
+    """Each experiment file, shrunk to one epoch on a sliver of the data, runs the whole pipeline (smoke: the
+    session's shared run is that experiment)."""
     shrink = [] if experiment == "smoke" else ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
-    metrics = train_in_process(tmp_path, f"experiment={experiment}", *shrink, data_dir=data_dir)
+    if experiment == "smoke":
+        shared = request.getfixturevalue("smoke_run")
+        run_dir, metrics = shared.dir, shared.metrics
+    else:
+        run_dir, metrics = tmp_path, train_in_process(tmp_path, f"experiment={experiment}", *shrink, data_dir=data_dir)
     settings = settings_for(f"experiment={experiment}", *shrink)
-    assert metrics.epochs == settings.trainer.epochs and (tmp_path / "metrics.json").is_file()
-    assert (tmp_path / "config.yaml").read_text().count(f"max_length: {settings.data.max_length}") == 1
+    assert metrics.epochs == settings.trainer.epochs and (run_dir / "metrics.json").is_file()
+    assert (run_dir / "config.yaml").read_text().count(f"max_length: {settings.data.max_length}") == 1

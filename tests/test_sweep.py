@@ -1,7 +1,7 @@
-"""Sweeps: failed jobs are reported and the rest summarised, parallel launchers work, the tokenizer cache is safe."""
+"""Sweeps: failed jobs are reported and the rest summarised, parallel launchers work. (The tokenizer cache's safety
+under parallel jobs: test_tokenizer.py.)"""
 
 import importlib
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -13,7 +13,6 @@ import yaml
 from conftest import REPO, compose_config, require, run_train, write_jsonl
 from mha_textclf.reports import RunMetrics, SplitMetrics
 from mha_textclf.summary import groups_table, plot_loss_curves, runs_table, summary_markdown, write_summary
-from mha_textclf.tokenizer import load_tokenizer
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
 
@@ -126,25 +125,6 @@ def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
     groups = groups_table(runs_table(tmp_path))
     assert sorted(groups["tokenizer.base"]) == [minilm, "None"]
     assert groups["runs"].tolist() == [2, 2]
-
-
-def build_cache(cache_dir, texts, barrier):
-    from mha_textclf.settings import TokenizerSettings
-    from mha_textclf.tokenizer import get_tokenizer
-
-    barrier.wait()  # both processes start building at the same moment
-    return len(get_tokenizer(texts, TokenizerSettings(vocab_size=300, cache_dir=str(cache_dir)), max_length=64))
-
-
-def test_two_processes_building_the_tokenizer_cache_at_once(train_texts, tmp_path):
-    context = mp.get_context("spawn")
-    barrier = context.Manager().Barrier(2)
-    with context.Pool(2) as pool:
-        sizes = pool.starmap(build_cache, [(tmp_path, train_texts[:300], barrier)] * 2)
-    assert sizes == [300, 300]
-    entries = os.listdir(tmp_path)
-    assert len(entries) == 1 and not entries[0].startswith(".tmp")  # one valid entry, no half-written leftovers
-    assert len(load_tokenizer(tmp_path / entries[0], 64)) == 300
 
 
 @pytest.mark.slow

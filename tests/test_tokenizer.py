@@ -3,6 +3,7 @@
 import itertools
 import json
 import multiprocessing as mp
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -19,7 +20,7 @@ from mha_textclf.settings import TokenizerSettings
 @pytest.fixture(scope="module", params=["scratch", "minilm"])
 def trained(request, train_texts, minilm_dir):
     base = None if request.param == "scratch" else str(minilm_dir)
-    return tok.train_tokenizer(train_texts, vocab_size=1000, base=base)
+    return tok.train_tokenizer(train_texts[:400], vocab_size=1000, base=base)  # (a 1000-token vocabulary still)
 
 
 def test_vocabulary_and_special_tokens(trained):
@@ -103,21 +104,38 @@ def test_merges_inside_repeated_symbols_and_words_too_long_to_keep():
     # encodes as [UNK] whatever the vocabulary holds
 
 
-def build_in_a_fresh_process(cache_dir, texts, base):
+def learn_in_a_fresh_process(root, texts, minilm, barrier):
+    """In a fresh interpreter, with its own hash seed: learn a tokenizer from scratch and one on MiniLM's pipeline,
+    each into a private cache, and return their files; then, at the same moment as the other process, build one
+    entry of a cache both share."""
     from mha_textclf.settings import TokenizerSettings
     from mha_textclf.tokenizer import get_tokenizer
 
-    get_tokenizer(texts, TokenizerSettings(base=base, cache_dir=str(cache_dir)), max_length=512)
-    (entry,) = Path(cache_dir).iterdir()
-    return (entry / "tokenizer.json").read_bytes()
+    files = []
+    for base in (None, minilm):
+        private = Path(root) / f"private-{os.getpid()}-{'minilm' if base else 'scratch'}"
+        get_tokenizer(texts, TokenizerSettings(base=base, cache_dir=str(private)), max_length=512)
+        (entry,) = private.iterdir()
+        files.append((entry / "tokenizer.json").read_bytes())
+    barrier.wait()  # both processes start building the shared entry at once
+    shared = TokenizerSettings(vocab_size=300, cache_dir=str(Path(root) / "shared"))
+    return files, len(get_tokenizer(texts[:300], shared, max_length=64))
 
 
-@pytest.mark.parametrize("base", ["scratch", "minilm"])
-def test_the_same_texts_give_the_same_file_in_any_process(base, train_texts, minilm_dir, tmp_path):
-    base = None if base == "scratch" else str(minilm_dir)
-    with mp.get_context("spawn").Pool(2) as pool:  # fresh interpreters: each its own hash seed
-        files = pool.starmap(build_in_a_fresh_process, [(tmp_path / name, train_texts, base) for name in "ab"])
-    assert files[0] == files[1]
+@pytest.mark.slow
+def test_fresh_processes_learn_the_same_files_and_build_one_cache_entry_safely(train_texts, minilm_dir, tmp_path):
+    """The same texts give the same tokenizer.json in any process (from scratch and on MiniLM's pipeline), and two
+    processes building the same cache entry at once leave one valid entry and no half-written leftovers."""
+    context = mp.get_context("spawn")  # fresh interpreters, each with its own hash seed
+    with context.Manager() as manager, context.Pool(2) as pool:
+        barrier = manager.Barrier(2)
+        (files, size), (other_files, other_size) = pool.starmap(
+            learn_in_a_fresh_process, [(tmp_path, train_texts, str(minilm_dir), barrier)] * 2)
+    assert files[0] == other_files[0] and files[1] == other_files[1]
+    assert size == other_size == 300
+    entries = os.listdir(tmp_path / "shared")
+    assert len(entries) == 1 and not entries[0].startswith(".tmp")
+    assert len(tok.load_tokenizer(tmp_path / "shared" / entries[0], 64)) == 300
 
 
 def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts, minilm_dir, tmp_path):

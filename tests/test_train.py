@@ -160,8 +160,9 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
 def test_multirun_variants_agree(data_dir, tmp_path):
     """Same seed, three variants, with and without PE: the same training trajectory (one function)."""
     sweep = tmp_path / "sweep"
-    result = run_train("-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, f"hydra.sweep.dir={sweep}",
-                       data_dir=data_dir)
+    # One thread per job: the models are tiny, and the variants must agree whatever the threads.
+    result = run_train("-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, "trainer.num_threads=1",
+                       f"hydra.sweep.dir={sweep}", data_dir=data_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
     assert sorted(int(name.split("_")[0]) for name in jobs) == list(range(6))  # one folder per job, numbered
