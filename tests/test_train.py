@@ -263,17 +263,17 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
 
 def test_relative_paths_are_read_from_the_folder_the_command_runs_in(data_dir, minilm_dir, tmp_path, monkeypatch):
     """data.path (here through BBC_NEWS_PATH), tokenizer.base, resume= and predict's run_dir=, each relative, as
-    in the README: `export BBC_NEWS_PATH=../shared/data/bbc-news`."""
-    (tmp_path / "shared" / "data").mkdir(parents=True)
-    (tmp_path / "shared" / "data" / "bbc-news").symlink_to(data_dir)
-    (tmp_path / "shared" / "tokenizers").mkdir()
-    (tmp_path / "shared" / "tokenizers" / "minilm").symlink_to(minilm_dir)
+    in the README (`export BBC_NEWS_PATH=../shared/data/bbc-news`), in folders that exist only from there."""
+    (tmp_path / "corpora").mkdir()
+    (tmp_path / "corpora" / "bbc-news").symlink_to(data_dir)
+    (tmp_path / "tokenizers").mkdir()
+    (tmp_path / "tokenizers" / "minilm").symlink_to(minilm_dir)
     (tmp_path / "project").mkdir()
     monkeypatch.chdir(tmp_path / "project")
-    monkeypatch.setenv("BBC_NEWS_PATH", "../shared/data/bbc-news")
-    tiny = [*SMOKE, "trainer.epochs=1", "probes.attention=[]", "tokenizer.base=../shared/tokenizers/minilm"]
+    monkeypatch.setenv("BBC_NEWS_PATH", "../corpora/bbc-news")
+    tiny = [*SMOKE, "trainer.epochs=1", "probes.attention=[]", "tokenizer.base=../tokenizers/minilm"]
     settings = settings_for(*tiny)
-    assert settings.data.path == "../shared/data/bbc-news"  # as given: read from here, wherever that is
+    assert settings.data.path == "../corpora/bbc-news"  # as given: read from here, wherever that is
     metrics = train_module.train(settings, Path("run"))
     assert metrics.dataset == "bbc-news" and metrics.train_samples == 48
     assert (tmp_path / "project" / "run" / "metrics.json").is_file()
