@@ -118,6 +118,14 @@ def test_a_validation_split_the_data_has_is_used_as_it_is(tmp_path):
     assert corpus.sources == {"train": "train split", "val": "dev split", "test": "test split"}
 
 
+@pytest.mark.parametrize("name", ["validation", "valid", "val", "dev"])
+def test_each_name_of_a_validation_split_is_one(tmp_path, name):
+    write_jsonl(tmp_path, {"train": rows(12), name: rows(4), "test": rows(2)})
+    corpus = load(tmp_path)
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (12, 4, 2)
+    assert corpus.sources["val"] == f"{name} split"
+
+
 def test_a_save_to_disk_folder_with_class_label_names(tmp_path):
     names = ["sport", "politics", "arts"]  # ClassLabel order, not alphabetical: kept
     features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})

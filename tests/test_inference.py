@@ -108,6 +108,17 @@ def test_heatmaps_have_one_panel_per_head_plus_the_mean(smoke_run):
         assert ax.images[0].get_clim() == (0, pytest.approx(weights.max()))
 
 
+def test_predict_runs_on_the_cpu_unless_told_otherwise(runs, monkeypatch):
+    from mha_textclf import inference
+
+    asked = []
+    real = inference.resolve_device
+    monkeypatch.setattr(inference, "resolve_device", lambda name: asked.append(name) or real("cpu"))
+    predict(settings_for(f"run_dir={runs[False]}", "text=hello", app="predict"))
+    predict(settings_for(f"run_dir={runs[False]}", "text=hello", "device=auto", app="predict"))
+    assert asked == ["cpu", "auto"]
+
+
 class RunsCode:
     def __init__(self, marker):
         self.marker = marker

@@ -69,6 +69,14 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts[1:], 500, None)
 
 
+def test_the_cache_lives_where_the_setting_or_the_environment_says(tmp_path, monkeypatch):
+    monkeypatch.setenv("MHA_TEXTCLF_CACHE", str(tmp_path / "from-env"))
+    assert tok.cache_root(None) == tmp_path / "from-env"
+    assert tok.cache_root(str(tmp_path / "from-setting")) == tmp_path / "from-setting"  # the setting wins
+    monkeypatch.delenv("MHA_TEXTCLF_CACHE")
+    assert tok.cache_root(None) == Path("~/.cache/mha-textclf").expanduser()
+
+
 def test_vocab_too_small_is_a_clear_error(train_texts):
     with pytest.raises(UserError, match="vocab_size=3"):
         tok.train_tokenizer(train_texts[:10], vocab_size=3)

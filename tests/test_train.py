@@ -5,6 +5,7 @@ stopping, a diverging loss, a signal during the final evaluation) leave honest f
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,8 +19,9 @@ import torch
 import torch.nn.functional as F
 import yaml
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
+from sklearn.utils.class_weight import compute_class_weight
 
-from conftest import REPO, logits_one_by_one, run_split, run_train, settings_for, train_in_process
+from conftest import REPO, logits_one_by_one, run_cli, run_split, settings_for, train_in_process
 from mha_textclf import pipeline as train_module
 from mha_textclf import training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
@@ -156,20 +158,30 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
     assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
 
 
+def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path):
+    metrics = train_in_process(tmp_path, *SMOKE, "trainer.epochs=1", "probes.attention=[]", "trainer.num_threads=1",
+                               data_dir=data_dir, threads=2)  # a joblib launcher's share, say
+    assert metrics.threads == 1 == torch.get_num_threads()
+
+
 @pytest.mark.slow
 def test_multirun_variants_agree(data_dir, tmp_path):
-    """Same seed, three variants, with and without PE: the same training trajectory (one function)."""
-    sweep = tmp_path / "sweep"
+    """Same seed, three variants, with and without PE: the same training trajectory (one function). Run from a
+    folder of its own: the sweep lands in its outputs/multirun/<date>_<time with µs>/, and nothing else there."""
     # One thread per job: the models are tiny, and the variants must agree whatever the threads.
-    result = run_train("-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, "trainer.num_threads=1",
-                       f"hydra.sweep.dir={sweep}", data_dir=data_dir)
+    result = run_cli("train", "-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, "trainer.num_threads=1",
+                     data_dir=data_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == ["outputs"] and os.listdir(tmp_path / "outputs") == ["multirun"]
+    (sweep,) = (tmp_path / "outputs" / "multirun").iterdir()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}", sweep.name)
     jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
     assert sorted(int(name.split("_")[0]) for name in jobs) == list(range(6))  # one folder per job, numbered
-    assert "0_experiment-smoke_model-naive_pe-False" in jobs
+    assert "0_experiment-smoke_model-naive_pe-False_trainer.num_threads-1" in jobs
+    assert not any("=" in name or "," in name for name in jobs)  # passed back unquoted as run_dir= or resume=
 
     def job(model: str, pe: str) -> Path:
-        (name,) = [n for n in jobs if f"_model-{model}_" in n and n.endswith(f"_pe-{pe}")]
+        (name,) = [n for n in jobs if f"_model-{model}_pe-{pe}_" in n]
         return jobs[name]
 
     for pe in ("False", "True"):
@@ -328,8 +340,6 @@ def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbe
 @pytest.mark.slow
 def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path):
     """A third-party corpus in the shape it comes in trains end to end, and predict speaks its class names."""
-    from mha_textclf.inference import predict
-
     topics = {"earn": 30, "acq": 20, "crude": 6, "grain": 4}
     folder = tmp_path / "newswire"
     folder.mkdir()
@@ -352,5 +362,14 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
     weighted = pd.read_csv(run_dir / "history.csv")["train_loss"][0]
     assert weighted != pytest.approx(pd.read_csv(tmp_path / "plain" / "history.csv")["train_loss"][0], rel=1e-3)
     assert plain.class_names == metrics.class_names
+    # ...and the validation loss, in history.csv and in metrics.json: scikit-learn's balanced weights, from the
+    # training split, in a weighted mean cross-entropy of the reported model.
+    run = load_run(run_dir)
+    val, train_labels = run_split(run_dir, "val"), run_split(run_dir, "train").labels
+    weights = compute_class_weight("balanced", classes=np.arange(4), y=train_labels)
+    expected = F.cross_entropy(logits_one_by_one(run.model, run.tokenizer, val.texts), torch.tensor(val.labels),
+                               weight=torch.tensor(weights, dtype=torch.float32)).item()
+    assert metrics.val.loss == pytest.approx(expected, rel=1e-5)
+    assert min(history(run_dir), key=lambda r: r["val_loss"])["val_loss"] == pytest.approx(expected, rel=1e-5)
     table = predict(settings_for(f"run_dir={run_dir}", "text=[crude crude report,earn earn report]", app="predict"))
     assert list(table.columns) == ["text", *sorted(topics), "predicted"]
