@@ -13,6 +13,7 @@ import yaml
 from conftest import optional, settings_for
 from mha_textclf import pipeline as train_module
 from mha_textclf.errors import UserError
+from mha_textclf.reports import RunMetrics
 from mha_textclf.settings import flat
 
 optuna = optional("optuna", "hpo")
@@ -90,6 +91,8 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
     trial_config = yaml.safe_load((study_dir / f"trial_{best['best_trial']:03d}" / "config.yaml").read_text())
     assert asdict(settings_for(*command[3:])) == trial_config
     assert {key: flat(trial_config)[key] for key in best["params"]} == best["params"]
+    trial_metrics = RunMetrics.read(study_dir / f"trial_{best['best_trial']:03d}" / "metrics.json")
+    assert (best["val_accuracy"], best["test_accuracy"]) == (trial_metrics.val.accuracy, trial_metrics.test.accuracy)
 
     search(tiny(tmp_path, data_dir, "n_trials=4"), study_dir)  # a larger n_trials extends the study by one
     assert len(optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 5

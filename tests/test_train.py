@@ -31,6 +31,7 @@ from mha_textclf.model import TextClassifier
 from mha_textclf.reports import RunMetrics
 from mha_textclf.settings import DataSettings
 from mha_textclf.tokenizer import load_tokenizer, train_tokenizer
+from mha_textclf.tracking import Trackers
 from mha_textclf.training import DivergenceError
 
 SMOKE = ["experiment=smoke"]
@@ -306,10 +307,24 @@ def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypat
         return real_evaluate(model, loader, *args, **kwargs)
 
     monkeypatch.setattr(train_module, "evaluate", interrupted_evaluate)
+    closed = []  # how the run's loggers were closed
+
+    class Tracker:
+        def start(self, params, tags):
+            pass
+
+        def log(self, values, step):
+            pass
+
+        def finish(self, final, run_dir, status):
+            closed.append(status)
+
+    monkeypatch.setattr(train_module, "open_trackers", lambda *args: Trackers([Tracker()]))
     metrics = train_in_process(tmp_path, *SMOKE, "probes.attention=[]", data_dir=data_dir)
     assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2  # training itself had finished
     assert RunMetrics.read(tmp_path / "metrics.json") == metrics
     assert (tmp_path / "classification_report_test.txt").exists()
+    assert closed == ["KILLED"]  # a run stopped by a signal, for the loggers
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is gone again
 
 
