@@ -44,15 +44,17 @@ def test_wordpiece_baseline_uses_the_same_splits_and_tokenizer_and_is_strong(dat
 @pytest.mark.slow
 def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summary(data_dir, tmp_path):
     sweep = tmp_path / "runs"
+    # A mistake, alongside (each command spends seconds importing; this machine has two cores).
+    mistake = subprocess.Popen([sys.executable, "scripts/baseline_tfidf.py", "features=word"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "-m", f"data.path={data_dir}",
                              "features=words", "seed=0,1", f"hydra.sweep.dir={sweep}"], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
+    _, mistake_stderr = mistake.communicate(timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = pd.read_csv(sweep / "summary.csv")  # the end-of-sweep summary, as for training sweeps
     assert runs["model"].tolist() == ["tfidf-words"] * 2 and set(runs["status"]) == {"ok"}
     metrics = RunMetrics.read(sweep / runs["run_dir"][0] / "metrics.json")
     assert metrics.val.n_samples == 307 and (sweep / runs["run_dir"][0] / "confusion_matrix_val.png").exists()
     assert "| bbc-news | tfidf-words |  | 2 |" in (sweep / "summary.md").read_text()  # one group of two seeds, no pe
-    result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "features=word"], cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 2 and "features=word: must be one of wordpiece, words" in result.stderr
+    assert mistake.returncode == 2 and "features=word: must be one of wordpiece, words" in mistake_stderr

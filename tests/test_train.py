@@ -159,6 +159,21 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
     assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
 
 
+@pytest.mark.parametrize(("launcher", "expected"), [
+    ({"n_jobs": 2}, lambda cores: max(1, cores // 2)),  # joblib: the cores shared among its jobs
+    ({"n_jobs": -1}, lambda cores: 1),  # joblib's default: as many jobs as cores, one thread each
+    ({"n_jobs": None}, lambda cores: 1),
+    ({"cpus_per_task": 3}, lambda cores: 3),  # submitit
+    ({}, lambda cores: None),  # the basic launcher, one job at a time: torch's default
+])
+def test_parallel_jobs_share_the_cores(launcher, expected):
+    from omegaconf import OmegaConf
+
+    from train import launcher_threads
+
+    assert launcher_threads(OmegaConf.create(launcher)) == expected(os.cpu_count() or 1)
+
+
 def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path):
     metrics = train_in_process(tmp_path, *SMOKE, "trainer.epochs=1", "probes.attention=[]", "trainer.num_threads=1",
                                data_dir=data_dir, threads=2)  # a joblib launcher's share, say
