@@ -5,6 +5,7 @@ import importlib
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pytest
@@ -127,14 +128,29 @@ def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
     assert groups["runs"].tolist() == [2, 2]
 
 
+LAUNCHERS = {"joblib": ("hydra_joblib_launcher", ["hydra.launcher.n_jobs=2"]),
+             "submitit_local": ("hydra_submitit_launcher", ["hydra.launcher.cpus_per_task=1"])}
+
+
+@pytest.fixture(scope="module")
+def launched(data_dir, tmp_path_factory):
+    """A two-job sweep through each parallel launcher, both sweeps at once: most of a sweep's time is processes
+    starting up, one at a time in its parent."""
+    for plugin, _ in LAUNCHERS.values():
+        require_plugin(plugin)
+    sweeps = {launcher: tmp_path_factory.mktemp(launcher) / "sweep" for launcher in LAUNCHERS}
+    with ThreadPoolExecutor(len(LAUNCHERS)) as pool:
+        futures = {launcher: pool.submit(run_train, "-m", f"hydra/launcher={launcher}", *extra,
+                                         "model=efficient,torch", *TINY, f"hydra.sweep.dir={sweeps[launcher]}",
+                                         data_dir=data_dir)
+                   for launcher, (_, extra) in LAUNCHERS.items()}
+        return {launcher: (future.result(), sweeps[launcher]) for launcher, future in futures.items()}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
-def test_parallel_launchers_run_a_two_job_sweep(launcher, data_dir, tmp_path):
-    require_plugin({"joblib": "hydra_joblib_launcher", "submitit_local": "hydra_submitit_launcher"}[launcher])
-    sweep = tmp_path / "sweep"
-    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.cpus_per_task=1"]
-    result = run_train("-m", f"hydra/launcher={launcher}", *extra, "model=efficient,torch", *TINY,
-                       f"hydra.sweep.dir={sweep}", data_dir=data_dir)
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_parallel_launchers_run_a_two_job_sweep(launcher, launched):
+    result, sweep = launched[launcher]
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     runs = pd.read_csv(sweep / "summary.csv")
     assert sorted(runs["model"]) == ["efficient", "torch"] and set(runs["status"]) == {"ok"}
