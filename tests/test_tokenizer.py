@@ -20,7 +20,7 @@ from mha_textclf.settings import TokenizerSettings
 @pytest.fixture(scope="module", params=["scratch", "minilm"])
 def trained(request, train_texts, minilm_dir):
     base = None if request.param == "scratch" else str(minilm_dir)
-    return tok.train_tokenizer(train_texts[:400], vocab_size=1000, base=base)  # (a 1000-token vocabulary still)
+    return tok.train_tokenizer(train_texts[:250], vocab_size=1000, base=base)  # (a 1000-token vocabulary still)
 
 
 def test_vocabulary_and_special_tokens(trained):
