@@ -1,5 +1,6 @@
-"""Shared fixtures: where the real data and the MiniLM tokenizer copy live, private caches, and the real configs
-composed and run in-process."""
+"""Shared fixtures: where the real data and the MiniLM tokenizer copy live, private caches, the real configs
+composed and run in-process, one tiny trained run shared by the tests that only read a run folder, and reference
+computations that check a run's files against its own model and data."""
 
 import importlib
 import os
@@ -7,15 +8,22 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import hypothesis
 import pytest
+import yaml
+
+# Property tests: no deadline (a shared 2-core machine times nothing reliably), and under CI the same examples in
+# every run, so that a red CI run is red again on a rerun.
+hypothesis.settings.register_profile("mha-textclf", deadline=None, derandomize=bool(os.environ.get("CI")))
+hypothesis.settings.load_profile("mha-textclf")
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs"
 DATA_DIR = Path(os.environ.get("BBC_NEWS_PATH", REPO.parent / "shared" / "data" / "bbc-news"))
-MINILM_DIR = REPO.parent / "shared" / "tokenizers" / "all-MiniLM-L6-v2"
+MINILM_DIR = Path(os.environ.get("MINILM_TOKENIZER_PATH", REPO.parent / "shared" / "tokenizers" / "all-MiniLM-L6-v2"))
 
 
 def require(condition: bool, reason: str) -> None:
@@ -39,8 +47,9 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
-    require((MINILM_DIR / "tokenizer.json").is_file(), f"all-MiniLM-L6-v2 tokenizer not found at {MINILM_DIR}")
-    return MINILM_DIR
+    require((MINILM_DIR / "tokenizer.json").is_file(),
+            f"all-MiniLM-L6-v2 tokenizer not found at {MINILM_DIR}; set MINILM_TOKENIZER_PATH")
+    return MINILM_DIR.resolve()
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +58,19 @@ def train_texts(data_dir) -> list[str]:
     from mha_textclf.settings import DataSettings
 
     return load_corpus(DataSettings(path=str(data_dir)), seed=0).train.texts
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """In-process tests run torch on one thread. Their tensors are tiny, so a second thread has nothing to share,
+    and on a busy 2-core machine OpenMP's waiting threads spin against every other process (test_model.py and
+    test_training.py took 45 s instead of 7 s). Subprocesses keep torch's default: what launchers set is tested."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -138,3 +160,55 @@ def slurm_cluster():
     finally:
         if started_here:
             subprocess.run(["bash", str(scripts / "slurm_down.sh")], capture_output=True, timeout=300)
+
+
+@dataclass
+class TrainedRun:
+    dir: Path
+    metrics: object  # RunMetrics, as train() returned it
+    figures: dict = field(default_factory=dict)  # every figure the run saved, by file name (loss_curve.png, ...)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(data_dir, tmp_path_factory) -> TrainedRun:
+    """One tiny trained run (`model=efficient pe=true experiment=smoke`), trained once per session and shared by
+    every test that only reads a run folder: such a test must not write into it.
+
+    The figures it saved are kept as objects, so that a test reads what a plot draws (its lines, its cells), not
+    its pixels.
+    """
+    from matplotlib.figure import Figure
+
+    run_dir = tmp_path_factory.mktemp("smoke-run")
+    figures, real_savefig = {}, Figure.savefig
+
+    def savefig(figure, fname, *args, **kwargs):
+        figures[Path(fname).name] = figure
+        return real_savefig(figure, fname, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Figure, "savefig", savefig)
+        metrics = train_in_process(run_dir, "model=efficient", "pe=true", "experiment=smoke", data_dir=data_dir)
+    return TrainedRun(run_dir, metrics, figures)
+
+
+def run_split(run_dir: Path, split: str):
+    """The texts and labels of a run's split, settled afresh from the data settings and seed in its config.yaml."""
+    from mha_textclf.data import load_corpus
+    from mha_textclf.settings import DataSettings
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    return getattr(load_corpus(DataSettings(**config["data"]), config["seed"]), split)
+
+
+def logits_one_by_one(model, tokenizer, texts: list[str]):
+    """The model's logits (N, n_classes) for each text alone: no batch, no padding, no mask; the reference for what
+    the pipeline computed in sorted, padded batches."""
+    import torch
+
+    from mha_textclf.tokenizer import encode
+
+    model.eval()
+    with torch.no_grad():
+        return torch.cat([model(torch.as_tensor(ids, dtype=torch.long)[None])
+                          for ids in encode(tokenizer, texts, model.config.max_length)])

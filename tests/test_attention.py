@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mha_textclf.attention import VARIANTS, build_attention
 
@@ -190,3 +192,46 @@ def test_torch_variant_is_nn_multihead_attention_called_right():
     torch.testing.assert_close(weights.mean(dim=1), expected_weights, atol=TOL, rtol=TOL)
     fast, _ = attention(x, x, x, key_padding_mask=mask)
     torch.testing.assert_close(fast, expected, atol=TOL, rtol=TOL)
+
+
+@st.composite
+def attention_cases(draw):
+    """Random head counts and sizes, batch sizes and lengths, and key-padding masks: padding anywhere (token dropout
+    hides keys in the middle), down to rows with a single visible key."""
+    n_heads, head_dim = draw(st.sampled_from([1, 2, 3, 8])), draw(st.sampled_from([1, 2, 8]))
+    B, T = draw(st.integers(1, 4)), draw(st.integers(1, 12))
+    one_key = draw(st.booleans())  # every row all but one padded
+    visible = [draw(st.sets(st.integers(0, T - 1), min_size=1, max_size=1 if one_key else T)) for _ in range(B)]
+    mask = torch.tensor([[t not in keys for t in range(T)] for keys in visible])
+    return n_heads, n_heads * head_dim, B, T, mask, draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=25)
+@given(case=attention_cases(), bias=st.booleans(), cls_query=st.booleans(), need_weights=st.booleans())
+def test_the_variants_and_the_reference_agree_on_random_shapes_and_masks(case, bias, cls_query, need_weights):
+    """Self-attention, or the [CLS] query alone over every key (cls_only): outputs, input gradients and parameter
+    gradients of every variant equal the reference's."""
+    n_heads, C, B, T, mask, seed = case
+    g = torch.Generator().manual_seed(seed)
+    x, upstream = torch.randn(B, T, C, generator=g), torch.randn(B, 1 if cls_query else T, C, generator=g)
+
+    def run(attend):
+        leaf = x.clone().requires_grad_()
+        out, weights = attend(leaf[:, :1] if cls_query else leaf, leaf, leaf)
+        (out * upstream).sum().backward()
+        return out, weights, leaf.grad
+
+    reference = build("efficient", n_heads, C, bias)
+    P = {name: p.detach().clone().requires_grad_() for name, p in reference.projections().items()}
+    ref_out, ref_weights, ref_grad = run(lambda q, k, v: reference_mha(q, k, v, mask, P, n_heads))
+    for variant in VARIANTS:
+        attention = build(variant, n_heads, C, bias)
+        out, weights, grad = run(lambda q, k, v, a=attention: a(q, k, v, key_padding_mask=mask,
+                                                                  need_weights=need_weights))
+        torch.testing.assert_close(out, ref_out, atol=TOL, rtol=TOL, msg=variant)
+        torch.testing.assert_close(grad, ref_grad, atol=TOL, rtol=TOL, msg=variant)
+        if need_weights:
+            torch.testing.assert_close(weights, ref_weights, atol=TOL, rtol=TOL, msg=variant)
+        grads = attention.projection_grads()
+        for name, p in P.items():
+            torch.testing.assert_close(grads[name], p.grad, atol=TOL, rtol=TOL, msg=f"{variant}: gradient of {name}")

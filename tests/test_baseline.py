@@ -7,10 +7,27 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, settings_for
+from conftest import REPO, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline
 from mha_textclf.data import load_corpus
 from mha_textclf.reports import RunMetrics
+
+
+def test_wordpiece_features_are_cut_at_max_length_and_word_features_read_the_whole_text(tmp_path):
+    """The class word comes after 20 words of filler: cut at 16 tokens (as the attention models would be), the
+    wordpiece baseline sees no difference between the classes; with 64 it does, and word n-grams always do."""
+    def rows(n):
+        return [{"text": " ".join(["same"] * 20 + [colour, f"note{i}"]), "label": colour}
+                for colour in ("red", "blue") for i in range(n)]
+
+    data = write_jsonl(tmp_path / "data", {"train": rows(12), "test": rows(4)})
+    accuracy = {}
+    for features, max_length in (("wordpiece", 16), ("wordpiece", 64), ("words", 16)):
+        settings = settings_for(f"data.path={data}", f"data.max_length={max_length}", f"features={features}",
+                                f"tokenizer.cache_dir={tmp_path / 'cache'}", app="baseline")
+        metrics = run_baseline(settings, tmp_path / f"{features}-{max_length}")
+        accuracy[features, max_length] = (metrics.val.accuracy, metrics.test.accuracy)
+    assert accuracy == {("wordpiece", 16): (0.5, 0.5), ("wordpiece", 64): (1.0, 1.0), ("words", 16): (1.0, 1.0)}
 
 
 @pytest.mark.slow
@@ -27,15 +44,17 @@ def test_wordpiece_baseline_uses_the_same_splits_and_tokenizer_and_is_strong(dat
 @pytest.mark.slow
 def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summary(data_dir, tmp_path):
     sweep = tmp_path / "runs"
+    # A mistake, alongside (each command spends seconds importing; this machine has two cores).
+    mistake = subprocess.Popen([sys.executable, "scripts/baseline_tfidf.py", "features=word"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "-m", f"data.path={data_dir}",
                              "features=words", "seed=0,1", f"hydra.sweep.dir={sweep}"], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
+    _, mistake_stderr = mistake.communicate(timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = pd.read_csv(sweep / "summary.csv")  # the end-of-sweep summary, as for training sweeps
     assert runs["model"].tolist() == ["tfidf-words"] * 2 and set(runs["status"]) == {"ok"}
     metrics = RunMetrics.read(sweep / runs["run_dir"][0] / "metrics.json")
     assert metrics.val.n_samples == 307 and (sweep / runs["run_dir"][0] / "confusion_matrix_val.png").exists()
     assert "| bbc-news | tfidf-words |  | 2 |" in (sweep / "summary.md").read_text()  # one group of two seeds, no pe
-    result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "features=word"], cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 2 and "features=word: must be one of wordpiece, words" in result.stderr
+    assert mistake.returncode == 2 and "features=word: must be one of wordpiece, words" in mistake_stderr

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pandas as pd
 import pytest
@@ -19,10 +20,23 @@ def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
     assert full[2] / full[1] > 3.5 and cls_only[2] / cls_only[1] == pytest.approx(2, rel=0.01)
 
 
+@pytest.fixture(scope="module")
+def ran(data_dir, tmp_path_factory):
+    """Both scripts, side by side (each spends seconds importing; this machine has two cores)."""
+    out = tmp_path_factory.mktemp("benchmark")
+    commands = {"benchmark": (["scripts/benchmark.py", "--quick", "--devices", "cpu", "--out", str(out)], {}),
+                "profile": (["scripts/profile_step.py", "experiment=smoke", "trainer.batch_size=4"],
+                            {"BBC_NEWS_PATH": str(data_dir)})}
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(subprocess.run, [sys.executable, *args], cwd=REPO, capture_output=True,
+                                     text=True, timeout=600, env=os.environ | env)
+                   for name, (args, env) in commands.items()}
+        return {name: future.result() for name, future in futures.items()} | {"out": out}
+
+
 @pytest.mark.slow
-def test_quick_benchmark_writes_measurements_ratios_and_plot(tmp_path):
-    result = subprocess.run([sys.executable, "scripts/benchmark.py", "--quick", "--devices", "cpu", "--out",
-                             str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600)
+def test_quick_benchmark_writes_measurements_ratios_and_plot(ran):
+    result, tmp_path = ran["benchmark"], ran["out"]
     assert result.returncode == 0, result.stderr[-3000:]
     results = pd.read_csv(tmp_path / "benchmark.csv")
     assert len(results) == 3 * 2 * 2  # variants × modes × T
@@ -37,10 +51,8 @@ def test_quick_benchmark_writes_measurements_ratios_and_plot(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_step_compares_the_masked_and_the_compacted_step(data_dir):
-    result = subprocess.run([sys.executable, "scripts/profile_step.py", "experiment=smoke", "trainer.batch_size=4"],
-                            cwd=REPO, capture_output=True, text=True, timeout=600,
-                            env=os.environ | {"BBC_NEWS_PATH": str(data_dir)})
+def test_profile_step_compares_the_masked_and_the_compacted_step(ran):
+    result = ran["profile"]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "## masked (every token):" in result.stdout and "## compacted (visible tokens only):" in result.stdout
     assert result.stdout.count("| operator | calls per step | self ms per step | share |") == 2

@@ -4,10 +4,12 @@ Most mistakes are checked in-process (test_settings.py, test_data.py); these few
 check before Hydra, Hydra's own errors, errors found while loading data, and predict.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
-from conftest import run_cli, write_jsonl
+from conftest import compose_config, run_cli, write_jsonl
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
 
@@ -16,70 +18,96 @@ def output(result) -> str:
     return result.stdout + result.stderr
 
 
+@pytest.fixture(scope="module")
+def ran(data_dir, tmp_path_factory):
+    """Every command line of this module, run two at a time, by name, with the folder each may write in: a command
+    spends seconds importing before it says a word, and this machine has two cores."""
+    folder = {name: tmp_path_factory.mktemp(name) for name in
+              ("mistakes", "hydra", "bad_data", "offline", "cuda")}
+    one_class = write_jsonl(folder["bad_data"] / "one-class", {s: [{"text": f"words {i}", "label": 0}
+                                                                   for i in range(8)] for s in ("train", "test")})
+    commands = {
+        "mistakes": ("train", ["trainer.epoch=3", "trainer.warmup_epochs=abc", "+model.pe=true", "model.n_heads=5",
+                               f"hydra.run.dir={folder['mistakes'] / 'run'}"], {}),
+        "hydra": ("train", ["model=transformer", f"hydra.run.dir={folder['hydra']}"], {}),
+        "bad_data": ("train", [*TINY, f"data.path={one_class}", f"hydra.run.dir={folder['bad_data'] / 'run'}"], {}),
+        "offline": ("train", [*TINY, "data.path=SetFit/bbc-news", f"hydra.run.dir={folder['offline']}"],
+                    {"HF_HUB_OFFLINE": "1"}),
+        "predict": ("predict", ["run_dir=nowhere", "text=123"], {}),
+        "help": ("train", ["--help"], {}),
+    }
+    if not torch.cuda.is_available():  # (with a GPU, this would train)
+        commands["cuda"] = ("train", ["device=cuda", f"hydra.run.dir={folder['cuda']}"], {})
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(run_cli, module, *args, data_dir=data_dir, env=env)
+                   for name, (module, args, env) in commands.items()}
+        return {name: future.result() for name, future in futures.items()} | {"folders": folder}
+
+
 @pytest.mark.slow
-def test_every_command_line_mistake_in_one_message_exit_2(tmp_path):
-    result = run_cli("train", "trainer.epoch=3", "trainer.warmup_epochs=abc", "+model.pe=true", "model.n_heads=5",
-                     f"hydra.run.dir={tmp_path / 'run'}")
+def test_every_command_line_mistake_in_one_message_exit_2(ran):
+    result = ran["mistakes"]
     text = output(result)
     assert result.returncode == 2 and "Traceback" not in text
     assert "Invalid settings (4 problems)" in text and "did you mean trainer.epochs?" in text
     assert "python -m train --help" in text
-    assert not (tmp_path / "run").exists()  # refused before anything ran: no run folder
+    assert not (ran["folders"]["mistakes"] / "run").exists()  # refused before anything ran: no run folder
 
 
 @pytest.mark.slow
-def test_hydras_own_errors_stay_hydras(tmp_path):
-    result = run_cli("train", "model=transformer", f"hydra.run.dir={tmp_path}")
+def test_hydras_own_errors_stay_hydras(ran):
+    result = ran["hydra"]
     assert result.returncode == 1
     assert "Available options in 'model'" in output(result) and "Traceback" not in output(result)
     assert "base" not in output(result).split("Available options in 'model'")[1]
 
 
 @pytest.mark.slow
-def test_bad_data_stops_with_exit_2_and_leaves_its_error_in_the_run_folder(data_dir, tmp_path):
-    folder = write_jsonl(tmp_path / "one-class", {s: [{"text": f"words {i}", "label": 0} for i in range(8)]
-                                                  for s in ("train", "test")})
-    run_dir = tmp_path / "run"
-    result = run_cli("train", *TINY, f"data.path={folder}", f"hydra.run.dir={run_dir}", data_dir=data_dir)
+def test_bad_data_stops_with_exit_2_and_leaves_its_error_in_the_run_folder(ran):
+    result = ran["bad_data"]
     assert result.returncode == 2 and "Traceback" not in output(result)
     assert "has a single class" in output(result)
-    assert "has a single class" in (run_dir / "error.txt").read_text()
+    assert "has a single class" in (ran["folders"]["bad_data"] / "run" / "error.txt").read_text()
 
 
 @pytest.mark.slow
-def test_offline_without_a_local_copy_says_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    result = run_cli("train", *TINY, "data.path=SetFit/bbc-news", f"hydra.run.dir={tmp_path}")
+def test_offline_without_a_local_copy_says_what_to_do(ran):
+    result = ran["offline"]
     assert result.returncode == 2 and "Traceback" not in output(result)
     assert output(result).count("Download the dataset once and set data.path=<folder>") == 1  # said once
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown when no GPU is present")
-def test_cuda_without_a_gpu(data_dir, tmp_path):
-    result = run_cli("train", "device=cuda", f"hydra.run.dir={tmp_path}", data_dir=data_dir)
+def test_cuda_without_a_gpu(ran):
+    result = ran["cuda"]
     assert result.returncode == 2 and "Traceback" not in output(result)
     assert "device=cuda but PyTorch sees no CUDA GPU" in output(result)
 
 
 @pytest.mark.slow
-def test_predict_mistakes():
-    result = run_cli("predict", "run_dir=nowhere", "text=123")
+def test_predict_mistakes(ran):
+    result = ran["predict"]
     assert result.returncode == 2 and "Traceback" not in output(result)
     assert "text=123: was read as int, not as text" in output(result)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("app", ["train", "predict", "search"])
-def test_help_describes_every_setting(app):
-    result = run_cli(app, "--help")
+def test_help_describes_every_setting(ran):
+    result = ran["help"]
     assert result.returncode == 0
     assert "== Settings (key=value; default; meaning) ==" in result.stdout
-    if app == "train":
-        assert "model: efficient, naive, torch" in result.stdout  # the variants, and no `base`
-        assert "trainer.epochs" in result.stdout and "data.val_fraction" in result.stdout
-        assert "logger: many, mlflow, tensorboard" in result.stdout
-    elif app == "search":
-        assert "hparams_search: accuracy" in result.stdout and "n_trials" in result.stdout
+    assert "model: efficient, naive, torch" in result.stdout  # the variants, and no `base`
+    assert "trainer.epochs" in result.stdout and "data.val_fraction" in result.stdout
+    assert "logger: many, mlflow, tensorboard" in result.stdout
+
+
+@pytest.mark.parametrize("app", ["predict", "search"])
+def test_the_other_commands_help_pages_describe_their_settings(app):
+    """The page `python -m <app> --help` prints (Hydra prints the composed template; `train`'s is run above)."""
+    page = compose_config([], app=app, hydra_config=True).hydra.help.template
+    assert "== Settings (key=value; default; meaning) ==" in page
+    if app == "search":
+        assert "hparams_search: accuracy" in page and "n_trials" in page
     else:
-        assert "run_dir" in result.stdout and "model:" not in result.stdout
+        assert "run_dir" in page and "model:" not in page

@@ -6,10 +6,23 @@ from dataclasses import asdict
 import pytest
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 
 from conftest import CONFIG_DIR, compose_config, settings_for, train_in_process
-from mha_textclf.settings import ModelSettings, TrainerSettings, TrainSettings
+from mha_textclf.settings import (
+    BaselineSettings,
+    ModelSettings,
+    PredictSettings,
+    SearchSettings,
+    TrainerSettings,
+    TrainSettings,
+    known_keys,
+    lookup,
+)
+
+# The schema each config file's values merge into: a root config's own, a group's that of the app reading it.
+ROOTS = {"train": TrainSettings, "predict": PredictSettings, "baseline": BaselineSettings, "search": SearchSettings}
+GROUPS = {"hparams_search": SearchSettings}  # every other group: TrainSettings
 
 
 @pytest.mark.parametrize("model", ["naive", "efficient", "torch"])
@@ -29,26 +42,43 @@ def test_default_variant_is_efficient_without_pe():
 
 
 def test_config_files_hold_no_value_the_schema_already_holds():
-    """Every key an option file of a config group sets differs from the schema's default or is required there.
+    """Every key a config file sets is a setting of the schema it merges into, and differs from that setting's
+    default or fills a required one: a file that repeats a default is a second source for it.
 
     (Experiments may pin a value on purpose, so that they stay the same experiment if a default moves.)
     """
-    defaults = OmegaConf.structured(TrainSettings)
-    for path in sorted(CONFIG_DIR.glob("*/*.yaml")):
-        if path.parent.name in ("hydra", "experiment"):
+    checked = 0
+    for path in sorted([*CONFIG_DIR.glob("*.yaml"), *CONFIG_DIR.glob("*/*.yaml")]):
+        group = path.parent.name if path.parent != CONFIG_DIR else None
+        if group in ("hydra", "experiment"):
             continue
-        body = OmegaConf.load(path)
-        for key, value in _flat(OmegaConf.to_container(body)).items():
-            full = f"{path.parent.name}.{key}"
-            default = OmegaConf.select(defaults, full, throw_on_missing=False)
-            assert default is None or default != value, f"{path.name}: {full}={value} repeats the schema default"
+        schema = ROOTS[path.stem] if group is None else GROUPS.get(group, TrainSettings)
+        # Where the file's keys land: a group's under its name, unless the file says `# @package _global_`.
+        package = "" if group is None or "@package _global_" in path.read_text() else f"{group}."
+        body = OmegaConf.to_container(OmegaConf.load(path))  # unresolved: ${oc.env:...} stays as written
+        body.pop("defaults", None)  # Hydra's, not settings
+        body.pop("hydra", None)
+        for key, value in _settings(schema, body, package):
+            assert key in known_keys(schema), f"{path.relative_to(CONFIG_DIR)}: {lookup(schema, key)}"
+            default = schema()
+            for part in key.split("."):
+                default = getattr(default, part)
+            assert default == MISSING or default != value, (
+                f"{path.relative_to(CONFIG_DIR)}: {key}={value} repeats the schema default")
+            checked += 1
+    assert checked >= 9  # the variants' attention, the datasets' paths and columns, the loggers, the search space
 
 
-def _flat(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
+def _settings(schema, body: dict, prefix: str):
+    """(key, value) for every setting in a config body: nested down to the schema's own keys, whose values may be
+    lists or dicts themselves (probes.attention, params)."""
+    keys = known_keys(schema)
+    for name, value in body.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, dict) and key not in keys and any(k.startswith(f"{key}.") for k in keys):
+            yield from _settings(schema, value, f"{key}.")
+        else:
+            yield key, value
 
 
 def test_unknown_model_lists_the_choices_without_base():
@@ -115,10 +145,15 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_runs(experiment, data_dir, tmp_path):
-    """Each experiment file, shrunk to one epoch on a sliver of the data, runs the whole pipeline."""
+def test_every_experiment_runs(experiment, data_dir, tmp_path, request):
+    """Each experiment file, shrunk to one epoch on a sliver of the data, runs the whole pipeline (smoke: the
+    session's shared run is that experiment)."""
     shrink = [] if experiment == "smoke" else ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
-    metrics = train_in_process(tmp_path, f"experiment={experiment}", *shrink, data_dir=data_dir)
+    if experiment == "smoke":
+        shared = request.getfixturevalue("smoke_run")
+        run_dir, metrics = shared.dir, shared.metrics
+    else:
+        run_dir, metrics = tmp_path, train_in_process(tmp_path, f"experiment={experiment}", *shrink, data_dir=data_dir)
     settings = settings_for(f"experiment={experiment}", *shrink)
-    assert metrics.epochs == settings.trainer.epochs and (tmp_path / "metrics.json").is_file()
-    assert (tmp_path / "config.yaml").read_text().count(f"max_length: {settings.data.max_length}") == 1
+    assert metrics.epochs == settings.trainer.epochs and (run_dir / "metrics.json").is_file()
+    assert (run_dir / "config.yaml").read_text().count(f"max_length: {settings.data.max_length}") == 1

@@ -12,9 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.model_selection import train_test_split
 
 from conftest import write_jsonl
+from mha_textclf import data
 from mha_textclf.data import collate, load_corpus, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.settings import DataSettings
@@ -113,6 +116,14 @@ def test_a_validation_split_the_data_has_is_used_as_it_is(tmp_path):
     corpus = load(tmp_path)
     assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (20, 6, 4)
     assert corpus.sources == {"train": "train split", "val": "dev split", "test": "test split"}
+
+
+@pytest.mark.parametrize("name", ["validation", "valid", "val", "dev"])
+def test_each_name_of_a_validation_split_is_one(tmp_path, name):
+    write_jsonl(tmp_path, {"train": rows(12), name: rows(4), "test": rows(2)})
+    corpus = load(tmp_path)
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (12, 4, 2)
+    assert corpus.sources["val"] == f"{name} split"
 
 
 def test_a_save_to_disk_folder_with_class_label_names(tmp_path):
@@ -313,3 +324,52 @@ def test_a_missing_data_file_is_not_mistaken_for_a_hub_id(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match=r"data\.path='mydata\.csv' does not exist"):
         load("mydata.csv")
+
+
+@st.composite
+def labelled_splits(draw):
+    """Class ids for train, validation and test: every class in train, the other two drawn from train's classes."""
+    classes = draw(st.lists(st.integers(-3, 40), min_size=2, max_size=5, unique=True))
+    train = classes + draw(st.lists(st.sampled_from(classes), max_size=8))
+    train = draw(st.permutations(train))
+    return classes, {"train": train, "validation": draw(st.lists(st.sampled_from(classes), min_size=1, max_size=5)),
+                     "test": draw(st.lists(st.sampled_from(classes), min_size=1, max_size=5))}
+
+
+# A label column as sources give it, from class ids: ints, floats that are ints (a CSV column with gaps), strings
+# (class names), booleans (two classes). `name` is the class name each must come out with.
+KINDS = {"int": (int, str), "float": (float, lambda v: str(int(v))), "str": (lambda v: f"class {v:+03d}", str),
+         "bool": (lambda v: v > 0, str)}
+
+
+@settings(max_examples=25)
+@given(splits=labelled_splits(), kind=st.sampled_from(sorted(KINDS)))
+def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
+    """Every text of every split keeps its class (by name), the class names are the train split's, sorted (by id, or
+    by name for strings), and floats that are ints give exactly what the ints give."""
+    _, ids = splits
+    as_kind, name = KINDS[kind]
+    if kind == "bool":
+        ids = {split: [v % 2 for v in values] for split, values in ids.items()}
+        if len(set(ids["train"])) < 2:
+            ids["train"] += [0, 1]
+    loaded = {split: datasets.Dataset.from_dict({"text": [f"{split} text {i}" for i in range(len(values))],
+                                                 "label": [as_kind(v) for v in values]})
+              for split, values in ids.items()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data, "_load", lambda path, name_: dict(loaded))
+        corpus = load("some/labels")
+    expected = sorted(set(ids["train"]), key=lambda v: as_kind(v))
+    assert corpus.class_names == [name(as_kind(v)) for v in expected]
+    for split, values in (("train", ids["train"]), ("val", ids["validation"]), ("test", ids["test"])):
+        got = getattr(corpus, split)
+        by_text = dict(zip(got.texts, got.labels, strict=True))
+        source = {f"{split if split != 'val' else 'validation'} text {i}": v for i, v in enumerate(values)}
+        assert {text: corpus.class_names[label] for text, label in by_text.items()} == {
+            text: name(as_kind(source[text])) for text in by_text}
+    if kind == "float":
+        with pytest.MonkeyPatch.context() as patch:
+            loaded = {split: datasets.Dataset.from_dict({"text": [f"{split} text {i}" for i in range(len(values))],
+                                                         "label": values}) for split, values in ids.items()}
+            patch.setattr(data, "_load", lambda path, name_: dict(loaded))
+            assert load("some/labels") == corpus

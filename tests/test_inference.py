@@ -12,29 +12,27 @@ from conftest import run_cli, run_train, settings_for, train_in_process
 from mha_textclf.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, order_probe, predict, predict_proba
-from mha_textclf.reports import plot_attention
 from mha_textclf.tokenizer import encode
 
 PROBES = ["how are you", "you how are"]
 
 
 @pytest.fixture(scope="module")
-def runs(data_dir, tmp_path_factory):
-    """Two tiny trained runs, without and with positional encoding."""
-    folders = {}
-    for pe in (False, True):
-        folders[pe] = tmp_path_factory.mktemp(f"run-pe-{pe}")
-        train_in_process(folders[pe], f"pe={str(pe).lower()}", "experiment=smoke", "trainer.epochs=1",
-                         data_dir=data_dir)
-    return folders
+def runs(smoke_run, data_dir, tmp_path_factory):
+    """Two tiny trained runs, without and with positional encoding (the session's shared run). Read only."""
+    without = tmp_path_factory.mktemp("run-pe-False")
+    train_in_process(without, "pe=false", "experiment=smoke", "trainer.epochs=1", "probes.attention=[]",
+                     data_dir=data_dir)
+    return {False: without, True: smoke_run.dir}
 
 
 @pytest.mark.slow
 def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path):
     workdir = tmp_path / "cwd"
     workdir.mkdir()
-    result = run_cli("predict", f"run_dir={runs[True]}", f"text={json.dumps(PROBES)}", "out=predictions.csv",
-                     cwd=workdir)
+    # run_dir relative to the folder the command runs in, as a user would type it.
+    result = run_cli("predict", f"run_dir={os.path.relpath(runs[True], workdir)}", f"text={json.dumps(PROBES)}",
+                     "out=predictions.csv", cwd=workdir)
     assert result.returncode == 0, result.stderr[-3000:]
     assert os.listdir(workdir) == ["predictions.csv"]  # nothing else lands in the current directory
     assert "wrote" in result.stderr and "wrote" not in result.stdout  # the table on stdout, messages on stderr
@@ -55,7 +53,6 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
         assert text in result.stdout
 
 
-@pytest.mark.slow
 def test_predict_reads_a_file(runs, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("the minister said\n\nthe striker scored twice\n")
@@ -75,7 +72,6 @@ def test_predict_reads_a_file(runs, tmp_path):
         predict(settings_for(f"run_dir={tmp_path / 'nowhere'}", "text=hello", app="predict"))
 
 
-@pytest.mark.slow
 def test_word_order_changes_probabilities_only_with_pe(runs):
     without, with_pe = (json.loads((runs[pe] / "order_probe.json").read_text()) for pe in (False, True))
     assert without["texts"] == with_pe["texts"] == PROBES
@@ -86,19 +82,41 @@ def test_word_order_changes_probabilities_only_with_pe(runs):
         assert order_probe(run.model, run.tokenizer, run.class_names, PROBES) == probe  # recomputed from model.pt
 
 
-@pytest.mark.slow
-def test_heatmaps_have_one_panel_per_head_plus_the_mean(runs):
-    for folder in runs.values():
-        assert (folder / "attention_can_you_can_that.png").stat().st_size > 0
-    run = load_run(runs[True])
+def test_heatmaps_have_one_panel_per_head_plus_the_mean(smoke_run):
+    """What attention_can_you_can_that.png draws: the reported model's weights for the probe, queries down, keys
+    across, every head and their mean on one colour scale."""
+    run = load_run(smoke_run.dir)
     tokens, weights = attention_map(run.model, run.tokenizer, "can you can that")
     assert tokens == ["[CLS]", "can", "you", "can", "that", "[SEP]"]
     assert weights.shape == (run.model.config.n_heads, 6, 6)
-    np.testing.assert_allclose(weights.sum(axis=-1), 1, atol=1e-5)
-    figure = plot_attention(tokens, weights)
+    np.testing.assert_allclose(weights.sum(axis=-1), 1, atol=1e-5)  # each query's row
+    # The reference: the model's own forward pass with every query, from the efficient variant's projections.
+    ids = torch.as_tensor(encode(run.tokenizer, ["can you can that"], 512)[0], dtype=torch.long)[None]
+    with torch.no_grad():
+        x = run.model.embedding(ids) * run.model.embedding_scale
+        x = run.model.positional(x)
+        P, nh = run.model.attention.projections(), run.model.config.n_heads
+        q, k = ((x @ P[f"W_{n}"].T + P[f"b_{n}"]).view(1, 6, nh, -1).transpose(1, 2) for n in "qk")
+        expected = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).softmax(-1)[0].numpy()  # (nh, T, T)
+    np.testing.assert_allclose(weights, expected, atol=1e-5)
+    figure = smoke_run.figures["attention_can_you_can_that.png"]
     panels = [ax for ax in figure.axes if ax.images]
-    assert len(panels) == run.model.config.n_heads + 1
-    np.testing.assert_allclose(panels[-1].images[0].get_array(), weights.mean(axis=0), atol=1e-6)
+    assert [ax.get_title() for ax in panels] == [f"head {h}" for h in range(nh)] + ["mean over heads"]
+    for ax, drawn in zip(panels, [*weights, weights.mean(axis=0)], strict=True):
+        np.testing.assert_allclose(ax.images[0].get_array(), drawn, atol=1e-6)
+        assert [t.get_text() for t in ax.get_xticklabels()] == [t.get_text() for t in ax.get_yticklabels()] == tokens
+        assert ax.images[0].get_clim() == (0, pytest.approx(weights.max()))
+
+
+def test_predict_runs_on_the_cpu_unless_told_otherwise(runs, monkeypatch):
+    from mha_textclf import inference
+
+    asked = []
+    real = inference.resolve_device
+    monkeypatch.setattr(inference, "resolve_device", lambda name: asked.append(name) or real("cpu"))
+    predict(settings_for(f"run_dir={runs[False]}", "text=hello", app="predict"))
+    predict(settings_for(f"run_dir={runs[False]}", "text=hello", "device=auto", app="predict"))
+    assert asked == ["cpu", "auto"]
 
 
 class RunsCode:
@@ -109,7 +127,6 @@ class RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-@pytest.mark.slow
 def test_a_checkpoint_holding_code_is_refused_without_running_it(runs, tmp_path):
     evil = tmp_path / "evil"
     evil.mkdir()
@@ -122,7 +139,6 @@ def test_a_checkpoint_holding_code_is_refused_without_running_it(runs, tmp_path)
     assert not marker.exists()
 
 
-@pytest.mark.slow
 def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
     run = load_run(runs[False])
     bad = tmp_path / "bad"

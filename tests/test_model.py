@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mha_textclf.attention import VARIANTS
 from mha_textclf.model import ModelConfig, SinusoidalPositionalEncoding, TextClassifier, visible_tokens
@@ -61,12 +63,19 @@ def test_same_seed_gives_the_same_model_in_every_variant():
         torch.testing.assert_close(model(ids, mask), reference(ids, mask), atol=1e-5, rtol=1e-5)
 
 
-def test_padding_embedding_is_zero_and_untrained():
+def test_padding_embedding_is_zero_and_untrained_even_where_no_mask_hides_it():
+    """[PAD] is the embedding's padding_idx. The key-padding mask alone already keeps gradient from padded positions;
+    padding_idx is what keeps the vector at zero where [PAD] is a token the model reads: a text that contains the
+    literal "[PAD]" (the tokenizer gives it the padding id), or a batch passed without its mask."""
     model = build().train()
     assert model.embedding.weight[PAD].abs().sum() == 0
-    ids, mask = batch([9, 5])
-    model(ids, mask).sum().backward()
-    assert model.embedding.weight.grad[PAD].abs().sum() == 0
+    ids, _ = batch([9, 5])  # padded, but passed without the mask: attention reads the [PAD] tokens as text
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    model(ids).logsumexp(-1).sum().backward()
+    assert model.embedding.weight.grad[ids[0, 1]].abs().sum() > 0  # a word of the same batch does learn...
+    assert model.embedding.weight.grad[PAD].abs().sum() == 0  # ...[PAD] does not
+    optimizer.step()
+    assert model.embedding.weight[PAD].abs().sum() == 0
 
 
 def test_positional_encoding_follows_the_formula_and_max_length():
@@ -184,3 +193,41 @@ def test_visible_tokens_keep_order_and_positions():
                                                                           [False, False, True, True]]))
     assert kept[0, 0] == 2 and positions[1].tolist() == [0, 1] and new_mask.tolist() == [[False, True],
                                                                                            [False, False]]
+
+
+@st.composite
+def classifier_batches(draw):
+    """Random head counts, batch sizes, text lengths and masks: trailing padding and tokens hidden anywhere but at
+    [CLS] (as token dropout hides them), down to texts of which only [CLS] is visible."""
+    n_heads = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    B, T = draw(st.integers(1, 4)), draw(st.integers(2, 20))
+    only_cls = draw(st.booleans())
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    ids = torch.randint(5, 50, (B, T), generator=g)
+    ids[:, 0] = CLS
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    for row in range(B):
+        hidden = draw(st.sets(st.integers(1, T - 1), max_size=T - 1)) if not only_cls else set(range(1, T))
+        mask[row, sorted(hidden)] = True
+    return n_heads, ids, mask
+
+
+@settings(max_examples=20)
+@given(batch_=classifier_batches(), pe=st.booleans(), cls_only=st.booleans(), training=st.booleans())
+def test_the_three_variants_are_one_classifier_on_random_batches(batch_, pe, cls_only, training):
+    """Same seed, any variant: the same logits and the same gradients, with or without PE, in training (compacted,
+    the [CLS] query alone with cls_only) and in evaluation."""
+    n_heads, ids, mask = batch_
+    logits, grads = {}, {}
+    for variant in VARIANTS:
+        torch.manual_seed(0)
+        model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=3, d_model=16, n_heads=n_heads,
+                                           mlp_hidden=8, pe=pe, max_length=20, pad_id=PAD, cls_only=cls_only,
+                                           token_dropout=0.0)).train(training)
+        logits[variant] = model(ids, mask)
+        logits[variant].logsumexp(-1).sum().backward()
+        grads[variant] = {"embedding": model.embedding.weight.grad, "classifier": model.classifier[0].weight.grad}
+    for variant in ("naive", "torch"):
+        torch.testing.assert_close(logits[variant], logits["efficient"], atol=1e-5, rtol=1e-5)
+        for name, grad in grads[variant].items():
+            torch.testing.assert_close(grad, grads["efficient"][name], atol=1e-5, rtol=1e-5, msg=name)

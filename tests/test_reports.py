@@ -42,6 +42,13 @@ def test_a_confusion_matrix_of_many_classes_stays_readable():
     assert not ax.texts  # no 625 numbers crammed into the cells
 
 
+def test_cells_show_their_numbers_up_to_12_classes():
+    for n, shown in ((12, True), (13, False)):
+        labels = list(range(n)) * 2
+        ax = drawn(plot_confusion_matrix(labels, labels[1:] + labels[:1], [f"c{i}" for i in range(n)]))
+        assert len(ax.texts) == (n * n if shown else 0), n
+
+
 def test_time_to_accuracy_is_the_training_time_of_the_first_epoch_to_reach_it():
     history = [{"val_accuracy": a, "elapsed_train_seconds": s} for a, s in ((0.80, 2.0), (0.91, 4.0), (0.89, 6.0),
                                                                             (0.96, 8.0))]

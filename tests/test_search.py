@@ -11,13 +11,16 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 
 import pytest
+import yaml
 
 from conftest import REPO, optional, settings_for
 from mha_textclf import pipeline as train_module
 from mha_textclf.errors import UserError
-from mha_textclf.settings import MISSED_HEARTBEATS
+from mha_textclf.reports import RunMetrics
+from mha_textclf.settings import MISSED_HEARTBEATS, flat
 
 optuna = optional("optuna", "hpo")
 
@@ -88,12 +91,14 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
     assert (study_dir / "optimization_history.png").stat().st_size > 0
     assert (study_dir / "param_importances.png").stat().st_size > 0
     assert sorted(p.name for p in study_dir.glob("trial_*")) == ["trial_000", "trial_001", "trial_002", "trial_003"]
-    # The reported command reproduces the best trial's settings exactly.
+    # The reported command reproduces the best trial's settings exactly: every sampled value, every shared setting.
     command = shlex.split(best["command"])
     assert command[:3] == ["python", "-m", "train"]
-    trial_settings = settings_for(*command[3:])
-    trial_config = (study_dir / f"trial_{best['best_trial']:03d}" / "config.yaml").read_text()
-    assert f"lr: {trial_settings.trainer.lr}" in trial_config and trial_settings.trainer.epochs == 3
+    trial_config = yaml.safe_load((study_dir / f"trial_{best['best_trial']:03d}" / "config.yaml").read_text())
+    assert asdict(settings_for(*command[3:])) == trial_config
+    assert {key: flat(trial_config)[key] for key in best["params"]} == best["params"]
+    trial_metrics = RunMetrics.read(study_dir / f"trial_{best['best_trial']:03d}" / "metrics.json")
+    assert (best["val_accuracy"], best["test_accuracy"]) == (trial_metrics.val.accuracy, trial_metrics.test.accuracy)
 
     search(tiny(tmp_path, data_dir, "n_trials=4"), study_dir)  # a larger n_trials extends the study by one
     assert len(optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 5

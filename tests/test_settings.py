@@ -73,7 +73,10 @@ MISTAKES = [
     (["-m", "trainer.lr=interval(0,1)"], "interval(...) needs a sweeper that samples values"),
     (["-m", "pe=glob(*)"], "glob(...) picks options of a config group"),
     (["-m", "model.n_heads=5,8"], "model.n_heads=5: model.d_model=64 is not divisible by it"),
-    (["-m", "experiment=search", "model.d_model=63", "model.n_heads=1"], "pe=true needs an even model.d_model"),
+    # pe=true only comes from the experiment's own sweep (pe: true,false); the other swept keys are pinned here so
+    # that 2 jobs are composed, not 72.
+    (["-m", "experiment=search", "seed=0", "model.token_dropout=0.75", "trainer.lr=3e-3", "model.d_model=63",
+      "model.n_heads=1"], "pe=true needs an even model.d_model"),
     (["model.d_model=abc", "model.n_heads=3"], "model.d_model=abc: must be a whole number"),  # and nothing else
     (["trainer.class_weights=weighted"], "trainer.class_weights=weighted: must be one of null, balanced"),
     (["data.text_column=[1,2]"], "data.text_column=[1,2]: must be a column name or a list of them"),

@@ -1,12 +1,13 @@
-"""Sweeps: failed jobs are reported and the rest summarised, parallel launchers work, the tokenizer cache is safe."""
+"""Sweeps: failed jobs are reported and the rest summarised, parallel launchers work. (The tokenizer cache's safety
+under parallel jobs: test_tokenizer.py.)"""
 
 import importlib
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -29,7 +30,6 @@ from mha_textclf.summary import (
     summary_markdown,
     write_summary,
 )
-from mha_textclf.tokenizer import load_tokenizer
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
 
@@ -168,33 +168,29 @@ def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
     assert groups["runs"].tolist() == [2, 2]
 
 
-def build_cache(cache_dir, texts, barrier):
-    from mha_textclf.settings import TokenizerSettings
-    from mha_textclf.tokenizer import get_tokenizer
-
-    barrier.wait()  # both processes start building at the same moment
-    return len(get_tokenizer(texts, TokenizerSettings(vocab_size=300, cache_dir=str(cache_dir)), max_length=64))
+LAUNCHERS = {"joblib": ("hydra_joblib_launcher", ["hydra.launcher.n_jobs=2"]),
+             "submitit_local": ("hydra_submitit_launcher", ["hydra.launcher.cpus_per_task=1"])}
 
 
-def test_two_processes_building_the_tokenizer_cache_at_once(train_texts, tmp_path):
-    context = mp.get_context("spawn")
-    barrier = context.Manager().Barrier(2)
-    with context.Pool(2) as pool:
-        sizes = pool.starmap(build_cache, [(tmp_path, train_texts[:300], barrier)] * 2)
-    assert sizes == [300, 300]
-    entries = os.listdir(tmp_path)
-    assert len(entries) == 1 and not entries[0].startswith(".tmp")  # one valid entry, no half-written leftovers
-    assert len(load_tokenizer(tmp_path / entries[0], 64)) == 300
+@pytest.fixture(scope="module")
+def launched(data_dir, tmp_path_factory):
+    """A two-job sweep through each parallel launcher, both sweeps at once: most of a sweep's time is processes
+    starting up, one at a time in its parent."""
+    for plugin, _ in LAUNCHERS.values():
+        require_plugin(plugin)
+    sweeps = {launcher: tmp_path_factory.mktemp(launcher) / "sweep" for launcher in LAUNCHERS}
+    with ThreadPoolExecutor(len(LAUNCHERS)) as pool:
+        futures = {launcher: pool.submit(run_train, "-m", f"hydra/launcher={launcher}", *extra,
+                                         "model=efficient,torch", *TINY, f"hydra.sweep.dir={sweeps[launcher]}",
+                                         data_dir=data_dir)
+                   for launcher, (_, extra) in LAUNCHERS.items()}
+        return {launcher: (future.result(), sweeps[launcher]) for launcher, future in futures.items()}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
-def test_parallel_launchers_run_a_two_job_sweep(launcher, data_dir, tmp_path):
-    require_plugin({"joblib": "hydra_joblib_launcher", "submitit_local": "hydra_submitit_launcher"}[launcher])
-    sweep = tmp_path / "sweep"
-    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.cpus_per_task=1"]
-    result = run_train("-m", f"hydra/launcher={launcher}", *extra, "model=efficient,torch", *TINY,
-                       f"hydra.sweep.dir={sweep}", data_dir=data_dir)
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_parallel_launchers_run_a_two_job_sweep(launcher, launched):
+    result, sweep = launched[launcher]
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     runs = pd.read_csv(sweep / "summary.csv")
     assert sorted(runs["model"]) == ["efficient", "torch"] and set(runs["status"]) == {"ok"}

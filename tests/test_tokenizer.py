@@ -1,11 +1,16 @@
 """The WordPiece tokenizer: size, special tokens, truncation, save/load, both training modes, the cache."""
 
+import itertools
+import json
 import multiprocessing as mp
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mha_textclf import tokenizer as tok
 from mha_textclf.errors import UserError
@@ -15,7 +20,7 @@ from mha_textclf.settings import TokenizerSettings
 @pytest.fixture(scope="module", params=["scratch", "minilm"])
 def trained(request, train_texts, minilm_dir):
     base = None if request.param == "scratch" else str(minilm_dir)
-    return tok.train_tokenizer(train_texts, vocab_size=1000, base=base)
+    return tok.train_tokenizer(train_texts[:250], vocab_size=1000, base=base)  # (a 1000-token vocabulary still)
 
 
 def test_vocabulary_and_special_tokens(trained):
@@ -64,6 +69,14 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts[1:], 500, None)
 
 
+def test_the_cache_lives_where_the_setting_or_the_environment_says(tmp_path, monkeypatch):
+    monkeypatch.setenv("MHA_TEXTCLF_CACHE", str(tmp_path / "from-env"))
+    assert tok.cache_root(None) == tmp_path / "from-env"
+    assert tok.cache_root(str(tmp_path / "from-setting")) == tmp_path / "from-setting"  # the setting wins
+    monkeypatch.delenv("MHA_TEXTCLF_CACHE")
+    assert tok.cache_root(None) == Path("~/.cache/mha-textclf").expanduser()
+
+
 def test_vocab_too_small_is_a_clear_error(train_texts):
     with pytest.raises(UserError, match="vocab_size=3"):
         tok.train_tokenizer(train_texts[:10], vocab_size=3)
@@ -99,21 +112,38 @@ def test_merges_inside_repeated_symbols_and_words_too_long_to_keep():
     # encodes as [UNK] whatever the vocabulary holds
 
 
-def build_in_a_fresh_process(cache_dir, texts, base):
+def learn_in_a_fresh_process(root, texts, minilm, barrier):
+    """In a fresh interpreter, with its own hash seed: learn a tokenizer from scratch and one on MiniLM's pipeline,
+    each into a private cache, and return their files; then, at the same moment as the other process, build one
+    entry of a cache both share."""
     from mha_textclf.settings import TokenizerSettings
     from mha_textclf.tokenizer import get_tokenizer
 
-    get_tokenizer(texts, TokenizerSettings(base=base, cache_dir=str(cache_dir)), max_length=512)
-    (entry,) = Path(cache_dir).iterdir()
-    return (entry / "tokenizer.json").read_bytes()
+    files = []
+    for base in (None, minilm):
+        private = Path(root) / f"private-{os.getpid()}-{'minilm' if base else 'scratch'}"
+        get_tokenizer(texts, TokenizerSettings(base=base, cache_dir=str(private)), max_length=512)
+        (entry,) = private.iterdir()
+        files.append((entry / "tokenizer.json").read_bytes())
+    barrier.wait()  # both processes start building the shared entry at once
+    shared = TokenizerSettings(vocab_size=300, cache_dir=str(Path(root) / "shared"))
+    return files, len(get_tokenizer(texts[:300], shared, max_length=64))
 
 
-@pytest.mark.parametrize("base", ["scratch", "minilm"])
-def test_the_same_texts_give_the_same_file_in_any_process(base, train_texts, minilm_dir, tmp_path):
-    base = None if base == "scratch" else str(minilm_dir)
-    with mp.get_context("spawn").Pool(2) as pool:  # fresh interpreters: each its own hash seed
-        files = pool.starmap(build_in_a_fresh_process, [(tmp_path / name, train_texts, base) for name in "ab"])
-    assert files[0] == files[1]
+@pytest.mark.slow
+def test_fresh_processes_learn_the_same_files_and_build_one_cache_entry_safely(train_texts, minilm_dir, tmp_path):
+    """The same texts give the same tokenizer.json in any process (from scratch and on MiniLM's pipeline), and two
+    processes building the same cache entry at once leave one valid entry and no half-written leftovers."""
+    context = mp.get_context("spawn")  # fresh interpreters, each with its own hash seed
+    with context.Manager() as manager, context.Pool(2) as pool:
+        barrier = manager.Barrier(2)
+        (files, size), (other_files, other_size) = pool.starmap(
+            learn_in_a_fresh_process, [(tmp_path, train_texts[:400], str(minilm_dir), barrier)] * 2)
+    assert files[0] == other_files[0] and files[1] == other_files[1]
+    assert size == other_size == 300
+    entries = os.listdir(tmp_path / "shared")
+    assert len(entries) == 1 and not entries[0].startswith(".tmp")
+    assert len(tok.load_tokenizer(tmp_path / "shared" / entries[0], 64)) == 300
 
 
 def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts, minilm_dir, tmp_path):
@@ -136,3 +166,52 @@ def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts)
         whole = trained(long_texts, truncation=True, max_length=max_length)["input_ids"]
         assert got == whole
     assert len(long_texts[0]) > 100 * 16  # the prefix path was taken
+
+
+def reference_wordpiece(words: Counter, vocab_size: int, specials: list[str], prefix: str = "##") -> list[str]:
+    """The vocabulary learn_wordpiece promises, the slow obvious way: recount every pair after every merge, take the
+    most frequent, ties to the pair whose tokens' text sorts first."""
+    alphabet = sorted({c for w in words for c in w}) + sorted({prefix + c for w in words for c in w[1:]})
+    vocab = specials + [t for t in alphabet if t not in specials]
+    pieces = {w: [w[0], *(prefix + c for c in w[1:])] for w in words}
+    while len(vocab) < vocab_size:
+        pairs = Counter()
+        for word, n in words.items():
+            for pair in itertools.pairwise(pieces[word]):
+                pairs[pair] += n
+        if not pairs:
+            break
+        a, b = min(pairs, key=lambda pair: (-pairs[pair], pair))
+        token = a + b.removeprefix(prefix)
+        if token not in vocab:
+            vocab.append(token)
+        for word, split in pieces.items():
+            merged, i = [], 0
+            while i < len(split):
+                if split[i : i + 2] == [a, b]:
+                    merged.append(token)
+                    i += 2
+                else:
+                    merged.append(split[i])
+                    i += 1
+            pieces[word] = merged
+    return vocab
+
+
+# Few letters, so that words repeat and pairs tie often; punctuation and case for the pre-tokenizer and normalizer.
+small_corpora = st.lists(st.lists(st.text("abcdAé-", min_size=1, max_size=7), min_size=1, max_size=6).map(" ".join),
+                         min_size=1, max_size=10)
+
+
+@settings(max_examples=40)
+@given(texts=small_corpora, extra=st.integers(0, 40), data=st.data())
+def test_random_small_corpora_learn_the_reference_vocabulary_and_the_same_file_in_any_order(texts, extra, data):
+    backend = tok.Tokenizer.from_str(json.dumps(tok._pipeline(None)[0]))  # the normalizer and pre-tokenizer
+    words = tok.count_words(texts, backend)
+    vocab_size = len(tok.learn_wordpiece(words, 0, tok.SPECIAL_TOKENS)) + extra  # the alphabet, then `extra` merges
+    assert tok.learn_wordpiece(words, vocab_size, tok.SPECIAL_TOKENS) == reference_wordpiece(
+        words, vocab_size, tok.SPECIAL_TOKENS)
+    # Byte-identical tokenizer.json whatever the order of the texts (and so of the words' first appearance).
+    first = tok.train_tokenizer(texts, vocab_size).backend_tokenizer.to_str()
+    shuffled = data.draw(st.permutations(texts))
+    assert tok.train_tokenizer(shuffled, vocab_size).backend_tokenizer.to_str() == first

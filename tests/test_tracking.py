@@ -7,7 +7,10 @@ import pandas as pd
 import pytest
 
 from conftest import optional, settings_for, train_in_process
+from mha_textclf import pipeline
 from mha_textclf.errors import UserError
+from mha_textclf.reports import RunMetrics
+from mha_textclf.tracking import Trackers
 
 optional("mlflow", "tracking")
 optional("tensorboard", "tracking")
@@ -109,3 +112,45 @@ def test_a_tracking_uri_mlflow_cannot_use_is_a_clear_error(data_dir, tmp_path):
     with pytest.raises(UserError, match="MLflow cannot record runs at 'foo://bar'"):
         train_in_process(tmp_path, *SMOKE, "logger=mlflow", "logger.mlflow.tracking_uri=foo://bar",
                          data_dir=data_dir)
+
+
+class Recorder:
+    """A tracker that keeps what it was given."""
+
+    def __init__(self):
+        self.logged, self.finished = [], []
+
+    def start(self, params, tags):
+        self.tags = tags
+
+    def log(self, values, step):
+        self.logged.append((step, values))
+
+    def finish(self, final, run_dir, status):
+        self.finished.append((final, status))
+
+
+class FailsAtFinish(Recorder):
+    def finish(self, final, run_dir, status):
+        raise ConnectionError("the tracking server went away")
+
+
+class FailsAtLog(Recorder):
+    def log(self, values, step):
+        raise ConnectionError("the tracking server went away")
+
+
+def test_a_tracker_that_fails_only_warns_and_the_run_counts(data_dir, tmp_path, monkeypatch, caplog):
+    """The run folder is the record: a tracker failing while finishing only warns (the others still finish), one
+    failing while logging stops logging (the others go on), and the run ends as if nothing had happened."""
+    healthy, at_finish, at_log = Recorder(), FailsAtFinish(), FailsAtLog()
+    monkeypatch.setattr(pipeline, "open_trackers", lambda *args: Trackers([at_finish, at_log, healthy]))
+    metrics = train_in_process(tmp_path, *SMOKE, "trainer.epochs=1", data_dir=data_dir)
+    assert metrics.interrupted_by is None and RunMetrics.read(tmp_path / "metrics.json") == metrics
+    assert (tmp_path / "model.pt").is_file() and (tmp_path / "order_probe.json").is_file()
+    assert "FailsAtFinish could not finish: ConnectionError: the tracking server went away" in caplog.text
+    assert "FailsAtLog stopped logging: ConnectionError" in caplog.text
+    ((final, status),) = healthy.finished
+    assert status == "FINISHED" and final["final/test_accuracy"] == metrics.test.accuracy
+    assert [step for step, values in healthy.logged if "val/loss" in values] == [1]
+    assert sum("train/loss" in values for _, values in healthy.logged) == 3  # 48 texts in batches of 16

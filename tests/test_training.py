@@ -122,6 +122,16 @@ def test_schedule_warms_up_then_decays():
     assert factors["cosine"][-1] < 0.001 and factors["linear"][-1] < 0.02  # ...and both end near zero
 
 
+def test_the_schedule_moves_the_learning_rate_at_every_step():
+    """history.csv's lr is the rate of each epoch's first step: warm-up over the first epoch, then cosine decay,
+    stepped per optimiser step, not per epoch (8 steps an epoch here)."""
+    ids, labels = toy_problem()
+    result = fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+                 plain_trainer(epochs=4, lr=1e-2, schedule="cosine", warmup_epochs=0.5), CPU)
+    assert [row["lr"] for row in result.history] == pytest.approx(
+        [1e-2 * lr_factor(8 * epoch, 32, 4, "cosine") for epoch in range(4)])
+
+
 def test_early_stopping_keeps_the_best_epoch_and_writes_best_pt(tmp_path):
     ids, labels = toy_problem()
     # A tiny, noisy validation set and a high learning rate: the validation loss soon stops improving.
