@@ -20,7 +20,7 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 from mha_textclf.comparison import RULES, accuracy_verdict, paired_t, speed_ratio, speed_verdict
 from mha_textclf.data import dataset_name
 from mha_textclf.reports import RunMetrics, whole_epochs
-from mha_textclf.run_folder import FAILED, INTERRUPTED, RUNNING, folder_state, read_status
+from mha_textclf.run_folder import INTERRUPTED, RUNNING, folder_state, read_status
 from mha_textclf.settings import flat, is_training_setting
 from mha_textclf.sweep import JobRecord, SweepRecord
 
@@ -84,10 +84,10 @@ def run_row(run_dir: Path, root: Path) -> dict:
         return row | {"dataset": dataset_name(path) if path and "${" not in path else None,
                       "model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
                       "seed": config.get("seed"), "status": state if state in (RUNNING, INTERRUPTED) else "failed",
-                      "error": " ".join(error.read_text().split()) if error.exists() and state == FAILED else
-                      "running now" if state == RUNNING else
+                      "error": "running now" if state == RUNNING else
                       "killed before it finished: run the same command again to continue it" if state == INTERRUPTED
-                      else "no metrics.json and no error.txt"}
+                      else " ".join(error.read_text().split()) if error.exists() else
+                      "no metrics.json and no error.txt"}
     try:
         m = RunMetrics.read(metrics_path)
     except (ValueError, TypeError, KeyError) as e:
