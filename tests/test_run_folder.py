@@ -194,9 +194,8 @@ def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
     assert list(run_dir.iterdir()) == [run_dir / ".lock"]
 
 
-@pytest.mark.slow
-def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uninterrupted, monkeypatch):
-    run_dir = tmp_path / "run"
+def stopped_in_epoch_2(run_dir, data_dir, monkeypatch) -> None:
+    """A run Ctrl-C'd during its second epoch: one epoch finished, in last.pt and history.csv."""
     real_epoch = training._train_epoch
 
     def epoch(*args):
@@ -207,6 +206,12 @@ def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uni
     with monkeypatch.context() as patch:
         patch.setattr(training, "_train_epoch", epoch)
         train_in_process(run_dir, *COMMON, data_dir=data_dir)
+
+
+@pytest.mark.slow
+def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uninterrupted, monkeypatch):
+    run_dir = tmp_path / "run"
+    stopped_in_epoch_2(run_dir, data_dir, monkeypatch)
     metrics = train_in_process(run_dir, *COMMON, f"resume={run_dir}", data_dir=data_dir)
     assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
 
@@ -291,16 +296,8 @@ def test_fewer_epochs_than_already_trained_are_refused(data_dir, tmp_path):
 def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path, monkeypatch, uninterrupted):
     part, resumed = tmp_path / "part", tmp_path / "resumed"
     real_epoch = training._train_epoch
-
-    def epoch(*args):
-        if args[6] == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_epoch(*args)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(training, "_train_epoch", epoch)
-        train_in_process(part, *COMMON, data_dir=data_dir)
-    with monkeypatch.context() as patch:  # the resumed run dies while it loads its data
+    stopped_in_epoch_2(part, data_dir, monkeypatch)
+    with monkeypatch.context() as patch:  # the resumed run dies before it finishes an epoch of its own
         patch.setattr(training, "_train_epoch", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
         with pytest.raises(KeyboardInterrupt):
             train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
