@@ -24,6 +24,7 @@ from mha_textclf.summary import run_row
 # continuing must restore all of it for the history to match the uninterrupted run's.
 COMMON = ["data.max_train_samples=40", "trainer.batch_size=8", "model.dropout=0.2", "model.token_dropout=0.5",
           "trainer.warmup_epochs=1", "data.group_by_length=true", "trainer.epochs=3", "probes.attention=[]",
+          "trainer.num_threads=1",  # in-process tests run on one thread (conftest), subprocesses must match them
           "pe=true"]
 COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr"]
 
@@ -34,9 +35,10 @@ def rows(run_dir) -> list[dict]:
 
 
 def fingerprint(folder) -> dict:
-    """Every file's hash, but the log: Hydra appends each start's lines to train.log, a journal of the folder."""
+    """Every file's hash, but the records of each start: the lines Hydra appends to train.log, and a sweep job's
+    job.json (its wall time this time)."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "train.log"}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in ("train.log", "job.json")}
 
 
 @pytest.fixture(scope="module")
