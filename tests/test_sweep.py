@@ -462,3 +462,15 @@ def test_a_single_run_writes_no_job_record(tmp_path):
     callback.on_job_start(multirun_config(tmp_path, tmp_path, 0, mode=RunMode.RUN))
     callback.on_job_end(multirun_config(tmp_path, tmp_path, 0, mode=RunMode.RUN), job_return=JobReturn())
     assert not (tmp_path / "job.json").exists()
+
+
+def test_a_single_run_or_a_search_ends_without_a_sweep_record(tmp_path):
+    """Not a sweep's job: nothing to record, and no error about the job number such a run does not have."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    config = OmegaConf.create({"hydra": {"mode": "RUN", "runtime": {"output_dir": str(tmp_path)},
+                                         "job": {"num": "???"}, "overrides": {"task": []}}})
+    callback = SweepSummary()
+    callback.on_job_start(config)
+    callback.on_job_end(config, JobReturn(status=JobStatus.COMPLETED))
+    assert list(tmp_path.iterdir()) == []

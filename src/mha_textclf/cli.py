@@ -326,7 +326,8 @@ class SweepSummary(Callback):
             self.jobs.start(config.hydra.runtime.output_dir)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
-        # A job this clock did not start (a single run) is not recorded.
+        if config.hydra.mode != RunMode.MULTIRUN:  # a single run (or a search) has no job of a sweep to record
+            return
         self.jobs.stop(config.hydra.runtime.output_dir, job=config.hydra.job.num,
                        overrides=list(config.hydra.overrides.task), status=job_return.status.name)
 
