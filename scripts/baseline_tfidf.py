@@ -15,7 +15,6 @@ import hydra
 from omegaconf import DictConfig
 
 from mha_textclf import cli
-from mha_textclf.baseline import run_baseline
 
 
 def main() -> None:
@@ -25,6 +24,8 @@ def main() -> None:
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="baseline")
 def hydra_main(cfg: DictConfig) -> float | None:
+    from mha_textclf.baseline import run_baseline  # here, not above: `main` answers a mistake without scikit-learn
+
     metrics = cli.run_job(lambda run_dir, record: run_baseline(cli.to_settings(cfg), run_dir))
     return None if metrics is None else metrics.val.accuracy
 

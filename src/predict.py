@@ -13,12 +13,10 @@ import logging
 import sys
 
 import hydra
-import pandas as pd
 from omegaconf import DictConfig
 
 from mha_textclf import cli
 from mha_textclf.errors import UserError
-from mha_textclf.inference import predict
 
 log = logging.getLogger("predict")
 
@@ -32,6 +30,10 @@ def main() -> None:
 @hydra.main(version_base="1.3", config_path="../configs", config_name="predict")
 def hydra_main(cfg: DictConfig) -> None:
     """Print a table of text, probability per class and predicted class; optionally write it as CSV."""
+    import pandas as pd  # here, not above: `main` answers a mistake without importing torch
+
+    from mha_textclf.inference import predict
+
     try:
         table = predict(cli.to_settings(cfg))
     except UserError as e:

@@ -20,7 +20,6 @@ from omegaconf import DictConfig
 
 from mha_textclf import cli
 from mha_textclf.errors import UserError
-from mha_textclf.tuning import InterruptedStudyError, search
 
 log = logging.getLogger("search")
 
@@ -33,6 +32,8 @@ def main() -> None:
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="search")
 def hydra_main(cfg: DictConfig) -> None:
+    from mha_textclf.tuning import InterruptedStudyError, search  # here: `main` answers a mistake without torch
+
     study_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         search(cli.to_settings(cfg), study_dir)

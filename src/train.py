@@ -22,7 +22,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mha_textclf import cli
-from mha_textclf.pipeline import train
 
 
 def main() -> None:
@@ -34,6 +33,8 @@ def main() -> None:
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
     """One run (or sweep job): returns validation accuracy, for sweepers."""
+    from mha_textclf.pipeline import train  # here, not above: `main` answers a mistake without importing torch
+
     hydra_cfg = HydraConfig.get()
     overrides, threads = list(hydra_cfg.overrides.task), launcher_threads(hydra_cfg.launcher)
     # The jobs of one sweep share one MLflow experiment, named after the sweep's folder.

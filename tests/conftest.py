@@ -2,6 +2,7 @@
 composed and run in-process, one tiny trained run shared by the tests that only read a run folder, and reference
 computations that check a run's files against its own model and data."""
 
+import hashlib
 import importlib
 import os
 import re
@@ -129,6 +130,13 @@ def run_cli(module: str, *overrides: str, data_dir: Path | None = None, cwd: Pat
 
 def run_train(*overrides: str, data_dir: Path, **kwargs) -> subprocess.CompletedProcess:
     return run_cli("train", *overrides, data_dir=data_dir, **kwargs)
+
+
+def fingerprint(folder) -> dict:
+    """Every file's hash, but the records of each start: the lines Hydra appends to train.log, and a sweep job's
+    job.json (its wall time this time)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name not in ("train.log", "job.json")}
 
 
 @dataclass(frozen=True)

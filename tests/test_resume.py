@@ -4,14 +4,11 @@ import csv
 import os
 import shlex
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import yaml
 
-from conftest import REPO, train_in_process
+from conftest import train_in_process
 from mha_textclf import pipeline as train_module
 from mha_textclf.checkpoint import load_training_state
 from mha_textclf.errors import UserError
@@ -82,22 +79,6 @@ def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monke
     assert f"python -m train {shlex.join(COMMON)} resume={part}" in str(info.value)
     with pytest.raises(UserError, match=r"No training state \(last.pt\)"):
         train_in_process(tmp_path / "again", *COMMON, f"resume={tmp_path}", data_dir=data_dir)
-
-
-@pytest.mark.slow
-def test_sigterm_stops_cleanly_with_exit_143(data_dir, tmp_path):
-    run_dir = tmp_path / "run"
-    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
-    process = subprocess.Popen([sys.executable, "-m", "train", *COMMON[:-3], "trainer.epochs=20",
-                                f"hydra.run.dir={run_dir}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600
-    while not rows(run_dir) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=600) == 143
-    metrics = RunMetrics.read(run_dir / "metrics.json")
-    assert metrics.interrupted_by == "SIGTERM" and metrics.epochs == len(rows(run_dir)) >= 1
 
 
 @pytest.mark.slow

@@ -69,44 +69,60 @@ def test_a_three_variant_sweep_runs_as_slurm_jobs(slurm_cluster, data_dir, tmp_p
 
 
 # Long enough (about a second an epoch) to be caught mid-run.
-LONG = ["model=efficient", "trainer.epochs=16", "data.max_train_samples=600", "data.max_eval_samples=100",
+LONG = ["model=efficient", "trainer.epochs=12", "data.max_train_samples=600", "data.max_eval_samples=100",
         "data.max_length=256", "probes.attention=[]"]
 SAME_RESULTS = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr", "train_tokens"]  # not the timings
+INTERRUPTS = {"SIGUSR2": ["scancel", "--signal=USR2"],  # preemption: the run stops, then submitit requeues the job
+              "SIGTERM": ["scontrol", "requeue"]}  # a requeue by the cluster: SIGTERM, then Slurm starts it again
 
 
-@pytest.mark.parametrize("interrupt", [["scancel", "--signal=USR2"], ["scontrol", "requeue"]],
-                         ids=["preempted", "requeued"])
-def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(interrupt, slurm_cluster, data_dir,
-                                                                                 tmp_path):
-    """Preemption (USR2: the run stops after the step, then submitit requeues the job) and a requeue by the cluster
-    (SIGTERM, then Slurm starts the job again): the job continues in place, the sweep ends with its summary, and the
-    run's history is that of a run never interrupted, every epoch once."""
-    sweep = tmp_path / "sweep"
-    launcher = subprocess.Popen([sys.executable, "-m", "train", *on_slurm(slurm_cluster), *LONG,
-                                 f"hydra.sweep.dir={sweep}"], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True,
-                                env=os.environ | {"BBC_NEWS_PATH": str(data_dir)} | slurm_cluster.env)
+def wait_for_submitit_job(sweep: Path, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = [p.name for p in (sweep / ".submitit").glob("*") if p.is_dir() and p.name.isdigit()]
+        if jobs:
+            return jobs[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no Slurm job submitted from {sweep} within {timeout} s")
+
+
+def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(slurm_cluster, data_dir, tmp_path):
+    """Preemption (USR2) and a requeue by the cluster (SIGTERM), each on its own job, both at once (most of the time
+    is Slurm's requeue delay): each job continues in place, its sweep ends with its summary, and the run's history
+    is that of the same run never interrupted, every epoch once."""
+    launchers, sweeps = {}, {}
+    for signal_name in INTERRUPTS:
+        sweeps[signal_name] = tmp_path / signal_name
+        launchers[signal_name] = subprocess.Popen(
+            [sys.executable, "-m", "train", *on_slurm(slurm_cluster), *LONG, f"hydra.sweep.dir={sweeps[signal_name]}"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=os.environ | {"BBC_NEWS_PATH": str(data_dir)} | slurm_cluster.env)
     try:
-        run_dir = wait_for_epochs(sweep, 4)
-        job = next(p.name for p in (sweep / ".submitit").iterdir() if p.is_dir() and p.name.isdigit())
-        slurm(*interrupt, job, env=slurm_cluster.env)
-        # Meanwhile, the same run never interrupted, with the job's one thread.
+        jobs = {}
+        for signal_name, command in INTERRUPTS.items():
+            wait_for_epochs(sweeps[signal_name], 3)
+            jobs[signal_name] = wait_for_submitit_job(sweeps[signal_name])
+            slurm(*command, jobs[signal_name], env=slurm_cluster.env)
+        # Meanwhile, the same run never interrupted, with the jobs' one thread.
         reference = run_train(*LONG, "trainer.num_threads=1", f"hydra.run.dir={tmp_path / 'reference'}",
                               data_dir=data_dir)
         assert reference.returncode == 0, reference.stderr[-3000:]
-        output, _ = launcher.communicate(timeout=600)
+        outputs = {name: launcher.communicate(timeout=600)[0] for name, launcher in launchers.items()}
     finally:
-        launcher.kill()
-    assert launcher.returncode == 0, output[-3000:]
-    assert "Restarts=1" in slurm("scontrol", "show", "job", job, env=slurm_cluster.env)  # Slurm did requeue it
-    assert pd.read_csv(sweep / "summary.csv")["status"].tolist() == ["ok"]
-
-    history = pd.read_csv(run_dir / "history.csv")
-    assert history["epoch"].tolist() == list(range(1, 17))
-    log = (run_dir / "train.log").read_text()
-    assert "continuing the run in" in log and log.count("epoch 1/16:") == 1  # no epoch trained twice
-    # Either way the run itself caught the signal and stopped after its step, not the launcher mid-epoch.
-    assert f"{'SIGUSR2' if interrupt[0] == 'scancel' else 'SIGTERM'} received: stopping after this step" in log
-    assert RunMetrics.read(run_dir / "metrics.json").interrupted_by is None
+        for launcher in launchers.values():
+            launcher.kill()
     expected = pd.read_csv(tmp_path / "reference" / "history.csv")
-    pd.testing.assert_frame_equal(history[SAME_RESULTS], expected[SAME_RESULTS])
+    for signal_name, sweep in sweeps.items():
+        assert launchers[signal_name].returncode == 0, outputs[signal_name][-3000:]
+        # Slurm did requeue it
+        assert "Restarts=1" in slurm("scontrol", "show", "job", jobs[signal_name], env=slurm_cluster.env)
+        assert pd.read_csv(sweep / "summary.csv")["status"].tolist() == ["ok"]
+        run_dir = next(sweep.glob("0_*"))
+        history = pd.read_csv(run_dir / "history.csv")
+        assert history["epoch"].tolist() == list(range(1, 13))
+        log = (run_dir / "train.log").read_text()
+        assert "continuing the run in" in log and log.count("epoch 1/12:") == 1  # no epoch trained twice
+        # Either way the run itself caught the signal and stopped after its step, not the launcher mid-epoch.
+        assert f"{signal_name} received: stopping after this step" in log
+        assert RunMetrics.read(run_dir / "metrics.json").interrupted_by is None
+        pd.testing.assert_frame_equal(history[SAME_RESULTS], expected[SAME_RESULTS])

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from scipy import stats
 
-from conftest import REPO, compose_config, require, run_train, write_jsonl
+from conftest import REPO, compose_config, fingerprint, require, run_train, write_jsonl
+from mha_textclf import run_folder
 from mha_textclf.cli import SweepSummary
 from mha_textclf.reports import RunMetrics, SplitMetrics
 from mha_textclf.summary import (
@@ -180,11 +182,14 @@ def launched(data_dir, tmp_path_factory):
         require_plugin(plugin)
     sweeps = {launcher: tmp_path_factory.mktemp(launcher) / "sweep" for launcher in LAUNCHERS}
     with ThreadPoolExecutor(len(LAUNCHERS)) as pool:
-        futures = {launcher: pool.submit(run_train, "-m", f"hydra/launcher={launcher}", *extra,
-                                         "model=efficient,torch", *TINY, f"hydra.sweep.dir={sweeps[launcher]}",
-                                         data_dir=data_dir)
-                   for launcher, (_, extra) in LAUNCHERS.items()}
+        futures = {launcher: pool.submit(run_train, *launcher_sweep(launcher, sweeps[launcher]), data_dir=data_dir)
+                   for launcher in LAUNCHERS}
         return {launcher: (future.result(), sweeps[launcher]) for launcher, future in futures.items()}
+
+
+def launcher_sweep(launcher: str, sweep: Path) -> list[str]:
+    return ["-m", f"hydra/launcher={launcher}", *LAUNCHERS[launcher][1], "model=efficient,torch", *TINY,
+            f"hydra.sweep.dir={sweep}"]
 
 
 @pytest.mark.slow
@@ -204,6 +209,19 @@ def test_parallel_launchers_run_a_two_job_sweep(launcher, launched):
     threads = {RunMetrics.read(sweep / d / "metrics.json").threads for d in runs["run_dir"]}
     expected = max(1, (os.cpu_count() or 1) // 2) if launcher == "joblib" else 1
     assert threads == {expected}  # jobs share the cores instead of oversubscribing them
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_run_again_through_a_launcher_trains_nothing(launched, data_dir):
+    """The same sweep again with submitit's local launcher (each job a process of its own, as on a cluster): every
+    job finds its folder finished. (After the test above, which reads the first sweep's summary.)"""
+    first, sweep = launched["submitit_local"]
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = {job: fingerprint(job) for job in sweep.glob("[01]_*")}
+    again = run_train(*launcher_sweep("submitit_local", sweep), data_dir=data_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {job: fingerprint(job) for job in sweep.glob("[01]_*")} == before
+    assert len(before) == 2 and all(run_folder.read_status(job)["attempt"] == 1 for job in before)
 
 
 def test_slurm_config_composes_over_submitit():

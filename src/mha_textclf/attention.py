@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
+from mha_textclf.settings import ATTENTION_VARIANTS
+
 PROJECTIONS = ("q", "k", "v", "o")
 
 
@@ -246,11 +248,8 @@ class TorchMultiHeadAttention(MultiHeadAttention):
                         average_attn_weights=False)
 
 
-VARIANTS: dict[str, type[MultiHeadAttention]] = {
-    "naive": NaiveMultiHeadAttention,
-    "efficient": EfficientMultiHeadAttention,
-    "torch": TorchMultiHeadAttention,
-}
+VARIANTS: dict[str, type[MultiHeadAttention]] = dict(zip(
+    ATTENTION_VARIANTS, (NaiveMultiHeadAttention, EfficientMultiHeadAttention, TorchMultiHeadAttention), strict=True))
 
 
 def build_attention(variant: str, d_model: int, n_heads: int, bias: bool = True,

@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pandas as pd
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -31,8 +30,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mha_textclf import settings as schema
 from mha_textclf.errors import RunFolderError, UserError
-from mha_textclf.summary import write_summary
-from mha_textclf.sweep import JobClock, now, sweep_record
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings,
@@ -312,17 +309,25 @@ def run_job(job: Callable[[Path, Callable[[], None]], T], cfg: DictConfig | None
 class SweepSummary(Callback):
     """A multirun's own record and its summary: each job writes job.json (its wall time) into its folder, in the
     process that runs it, so that every launcher records it (basic, joblib, submitit); at the end, the multirun
-    process writes sweep.json (the sweep's wall time and every job's) and then summary.csv/.md and the plots."""
+    process writes sweep.json (the sweep's wall time and every job's) and then summary.csv/.md and the plots.
+
+    Its modules (pandas, matplotlib, scipy) are imported when a sweep needs them: this module is imported by every
+    command, and a mistake on the command line should be answered in a second, not after seconds of imports."""
 
     def __init__(self):
-        self.jobs = JobClock()
+        self.jobs = None  # a sweep.JobClock, made by the first job of a multirun
         self.started: tuple[str, float] | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from mha_textclf.sweep import now
+
         self.started = (now(), time.perf_counter())
 
     def on_job_start(self, config: DictConfig, **kwargs) -> None:
         if config.hydra.mode == RunMode.MULTIRUN:  # a single run's folder stays as it was
+            from mha_textclf.sweep import JobClock
+
+            self.jobs = self.jobs or JobClock()
             self.jobs.start(config.hydra.runtime.output_dir)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
@@ -332,6 +337,11 @@ class SweepSummary(Callback):
                        overrides=list(config.hydra.overrides.task), status=job_return.status.name)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        import pandas as pd
+
+        from mha_textclf.summary import write_summary
+        from mha_textclf.sweep import sweep_record
+
         folder = Path(config.hydra.sweep.dir)
         if self.started is not None:
             started_at, start = self.started

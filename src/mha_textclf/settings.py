@@ -12,6 +12,7 @@ once; `known_keys`, `lookup` and `check_value` let the command line be checked k
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import operator
 import textwrap
@@ -21,8 +22,6 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from omegaconf import MISSING
-
-from mha_textclf.attention import VARIANTS
 
 SCHEDULES = ("constant", "linear", "cosine")
 FEATURES = ("wordpiece", "words")
@@ -42,12 +41,16 @@ def setting(default: Any = NO_DEFAULT, help: str = "", *, factory=None, choices=
     return field(default=default, metadata=metadata)
 
 
+# The names of attention.VARIANTS, here so that checking a command line needs no torch (a mistake is answered in a
+# second, not after importing it); attention.py builds its table from this tuple.
+ATTENTION_VARIANTS = ("naive", "efficient", "torch")
+
 @dataclass
 class ModelSettings:
     """The architecture a user chooses; the pipeline adds what it derives (see `model.ModelConfig`)."""
 
-    attention: str = setting(MISSING, "the attention variant, chosen with model=<variant>", choices=tuple(VARIANTS),
-                             group_choice=f"model={'|'.join(VARIANTS)}")
+    attention: str = setting(MISSING, "the attention variant, chosen with model=<variant>", choices=ATTENTION_VARIANTS,
+                             group_choice=f"model={'|'.join(ATTENTION_VARIANTS)}")
     d_model: int = setting(64, "width of the token vectors and of attention", gt=0)
     n_heads: int = setting(8, "attention heads; each gets d_model // n_heads dimensions", gt=0)
     mlp_hidden: int = setting(128, "hidden units of the classifier MLP on the [CLS] vector", gt=0)
@@ -253,7 +256,14 @@ DERIVED = {
 
 
 def field_type(owner: type, name: str) -> Any:
-    return typing.get_type_hints(owner)[name]
+    return _type_hints(owner)[name]
+
+
+@functools.cache
+def _type_hints(owner: type) -> dict[str, Any]:
+    # The annotations are strings (`from __future__ import annotations`): resolving them compiles each one, and a
+    # command line is checked key by key; once per class is enough, the classes do not change.
+    return typing.get_type_hints(owner)
 
 
 def _dataclass_of(kind: Any) -> type | None:
