@@ -111,3 +111,13 @@ def test_the_other_commands_help_pages_describe_their_settings(app):
         assert "hparams_search: accuracy" in page and "n_trials" in page
     else:
         assert "run_dir" in page and "model:" not in page
+
+
+@pytest.mark.parametrize("module", ["train", "predict", "search"])
+def test_a_mistake_is_answered_before_torch_is_imported(module):
+    """A typo costs a second, not the seconds torch, transformers and scikit-learn take to import: the entry point
+    checks the command line before it imports the pipeline."""
+    result = run_cli(module, "modle=naive", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 2 and "modle is not a setting" in result.stderr
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and not imported & {"torch", "transformers", "sklearn", "pandas", "matplotlib"}
