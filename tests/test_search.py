@@ -313,31 +313,3 @@ def test_a_killed_worker_s_trial_is_failed_and_run_again_when_the_same_command_r
     retry = study.trials[1]
     assert retry.system_attrs["failed_trial"] == 0 and retry.params == study.trials[0].params
     assert_reports_describe(study, study_dir)
-
-
-def documented_array_command() -> tuple[list[str], list[str]]:
-    """The Slurm array command of docs/search.md: sbatch's options, and the search's own arguments."""
-    page = (REPO / "docs" / "search.md").read_text()
-    found = re.search(r'sbatch (.+?) --wrap "python -m search ?(.*?)"', page.replace("\\\n", " "))
-    assert found, "docs/search.md lost its sbatch --array command"
-    return shlex.split(found.group(1)), shlex.split(found.group(2))
-
-
-@pytest.mark.slow
-@pytest.mark.slurm
-def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, data_dir, tmp_path):
-    partition = slurm_cluster.partition
-    options, arguments = documented_array_command()
-    study_dir, n_trials = tmp_path / "tiny", 6
-    options = [re.sub(r"^--array=.*", "--array=1-2", o).replace("<partition>", partition)
-               .replace("outputs/search/", f"{tmp_path}/") for o in options]
-    worker = shlex.join([sys.executable, *worker_command(study_dir, data_dir, n_trials), *arguments])
-    submitted = subprocess.run(["sbatch", "--wait", *options, "--wrap", worker], cwd=REPO, capture_output=True,
-                               text=True, timeout=900, env=os.environ | slurm_cluster.env)
-    logs = [path.read_text() for path in sorted(tmp_path.glob("*.out"))]
-    assert submitted.returncode == 0 and len(logs) == 2, (submitted.stderr, logs)
-    study = load_tiny_study(study_dir)
-    states = [t.state.name for t in study.trials]
-    assert states.count("COMPLETE") + states.count("PRUNED") in (n_trials, n_trials + 1) and "RUNNING" not in states
-    assert all(trial_folders_in(log) for log in logs), logs  # both array tasks worked on the study
-    assert_reports_describe(study, study_dir)

@@ -1,8 +1,12 @@
 """Sweeps on a real Slurm cluster: the single-node one of scripts/slurm_up.sh (the `slurm_cluster` fixture).
 
-Skipped where it cannot run (not root, not Debian/Ubuntu); CI runs them."""
+Skipped where it cannot run (not root, not Debian/Ubuntu); CI runs them. Every test that needs the cluster is here, in
+one module, so that pytest-xdist's --dist loadscope runs them all in one worker, the one that starts the cluster (when
+it was not up) and stops it at its end."""
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -13,6 +17,7 @@ import pytest
 
 from conftest import REPO, run_train
 from mha_textclf.reports import RunMetrics
+from test_search import assert_reports_describe, load_tiny_study, trial_folders_in, worker_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -126,3 +131,29 @@ def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(
         assert f"{signal_name} received: stopping after this step" in log
         assert RunMetrics.read(run_dir / "metrics.json").interrupted_by is None
         pd.testing.assert_frame_equal(history[SAME_RESULTS], expected[SAME_RESULTS])
+
+
+def documented_array_command() -> tuple[list[str], list[str]]:
+    """The Slurm array command of docs/search.md: sbatch's options, and the search's own arguments."""
+    page = (REPO / "docs" / "search.md").read_text()
+    found = re.search(r'sbatch (.+?) --wrap "python -m search ?(.*?)"', page.replace("\\\n", " "))
+    assert found, "docs/search.md lost its sbatch --array command"
+    return shlex.split(found.group(1)), shlex.split(found.group(2))
+
+
+def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, data_dir, tmp_path):
+    partition = slurm_cluster.partition
+    options, arguments = documented_array_command()
+    study_dir, n_trials = tmp_path / "tiny", 6
+    options = [re.sub(r"^--array=.*", "--array=1-2", o).replace("<partition>", partition)
+               .replace("outputs/search/", f"{tmp_path}/") for o in options]
+    worker = shlex.join([sys.executable, *worker_command(study_dir, data_dir, n_trials), *arguments])
+    submitted = subprocess.run(["sbatch", "--wait", *options, "--wrap", worker], cwd=REPO, capture_output=True,
+                               text=True, timeout=900, env=os.environ | slurm_cluster.env)
+    logs = [path.read_text() for path in sorted(tmp_path.glob("*.out"))]
+    assert submitted.returncode == 0 and len(logs) == 2, (submitted.stderr, logs)
+    study = load_tiny_study(study_dir)
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") + states.count("PRUNED") in (n_trials, n_trials + 1) and "RUNNING" not in states
+    assert all(trial_folders_in(log) for log in logs), logs  # both array tasks worked on the study
+    assert_reports_describe(study, study_dir)
