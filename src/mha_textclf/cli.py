@@ -11,6 +11,7 @@ module that sees Hydra's objects; the settings it returns are plain dataclasses.
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import sys
 import time
@@ -64,10 +65,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+@functools.cache
 def register(app: str) -> None:
     """Put the app's schema and its --help page into Hydra's ConfigStore (before Hydra composes anything).
 
     configs/<app>.yaml lists `<app>_schema` first in its defaults, so every YAML value merges into a typed field.
+    Once per process: storing converts the schema into an OmegaConf node, which costs more than composing.
     """
     store = ConfigStore.instance()
     store.store(name=f"{app}_schema", node=SCHEMAS[app])
