@@ -84,7 +84,9 @@ class DataSettings:
 
 @dataclass
 class TokenizerSettings:
-    vocab_size: int = setting(1000, "WordPiece vocabulary size, special tokens included", gt=0)
+    vocab_size: int = setting(1000, "WordPiece vocabulary size, special tokens included. When the training texts "
+                                    "have more characters than fit, the most frequent take up to half of it and the "
+                                    "others become [UNK] (a run warns when a split's [UNK] rate is high)", gt=0)
     base: str | None = setting(None, "null: train WordPiece from scratch; a hub id or local folder: retrain that "
                                      "tokenizer's pipeline on the training texts")
     cache_dir: str | None = setting(None, "where trained tokenizers are cached; null: $MHA_TEXTCLF_CACHE or "
