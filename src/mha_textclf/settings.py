@@ -25,7 +25,7 @@ from omegaconf import MISSING
 from mha_textclf.attention import VARIANTS
 
 SCHEDULES = ("constant", "linear", "cosine")
-FEATURES = ("wordpiece", "words")
+FEATURES = ("wordpiece", "words", "chars")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -190,7 +190,9 @@ class BaselineSettings:
     data: DataSettings = setting(help="", factory=DataSettings)
     tokenizer: TokenizerSettings = setting(help="", factory=TokenizerSettings)
     features: str = setting("wordpiece", "wordpiece: the training runs' tokenizer and truncation, as a bag of "
-                                         "tokens; words: word uni- and bigrams of the whole text", choices=FEATURES)
+                                         "tokens; words: word uni- and bigrams of the whole text; chars: character "
+                                         "1- to 4-grams of the whole text (any script, spaces or none)",
+                            choices=FEATURES)
     seed: int = setting(0, "seeds the validation split, as in training", ge=0, lt=2**32)
 
 
