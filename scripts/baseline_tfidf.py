@@ -1,7 +1,7 @@
 """TF-IDF + a linear classifier on the attention models' own splits: an honest reference for the summary tables.
 
     python scripts/baseline_tfidf.py                          # wordpiece features on bbc-news, seed 0
-    python scripts/baseline_tfidf.py -m features=wordpiece,words seed=0,1,2
+    python scripts/baseline_tfidf.py -m features=wordpiece,words,chars seed=0,1,2
     python scripts/baseline_tfidf.py data.path=/path/to/corpus data.text_column=Text data.label_column=Category
 
 The same data settings and override syntax as `python -m train` (configs/baseline.yaml). Writes config.yaml,

@@ -4,6 +4,7 @@ and a run folder that the summaries table next to the attention runs."""
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -13,21 +14,49 @@ from mha_textclf.data import load_corpus
 from mha_textclf.reports import RunMetrics
 
 
-def test_wordpiece_features_are_cut_at_max_length_and_word_features_read_the_whole_text(tmp_path):
+def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_read_the_whole_text(tmp_path):
     """The class word comes after 20 words of filler: cut at 16 tokens (as the attention models would be), the
-    wordpiece baseline sees no difference between the classes; with 64 it does, and word n-grams always do."""
+    wordpiece baseline sees no difference between the classes; with 64 it does, and word and character n-grams always
+    do."""
     def rows(n):
         return [{"text": " ".join(["same"] * 20 + [colour, f"note{i}"]), "label": colour}
                 for colour in ("red", "blue") for i in range(n)]
 
     data = write_jsonl(tmp_path / "data", {"train": rows(12), "test": rows(4)})
     accuracy = {}
-    for features, max_length in (("wordpiece", 16), ("wordpiece", 64), ("words", 16)):
+    for features, max_length in (("wordpiece", 16), ("wordpiece", 64), ("words", 16), ("chars", 16)):
         settings = settings_for(f"data.path={data}", f"data.max_length={max_length}", f"features={features}",
                                 f"tokenizer.cache_dir={tmp_path / 'cache'}", app="baseline")
         metrics = run_baseline(settings, tmp_path / f"{features}-{max_length}")
         accuracy[features, max_length] = (metrics.val.accuracy, metrics.test.accuracy)
-    assert accuracy == {("wordpiece", 16): (0.5, 0.5), ("wordpiece", 64): (1.0, 1.0), ("words", 16): (1.0, 1.0)}
+    assert accuracy == {("wordpiece", 16): (0.5, 0.5), ("wordpiece", 64): (1.0, 1.0), ("words", 16): (1.0, 1.0),
+                        ("chars", 16): (1.0, 1.0)}
+
+
+def test_char_features_find_the_class_inside_text_without_spaces_where_word_features_cannot(tmp_path):
+    """Each text is a shared first word, then one run of Chinese characters: the class's (红 or 蓝) between three drawn
+    from a thousand on each side. To word n-grams the run is a word no other text has, so only the shared word is
+    left and nothing tells the classes apart; character n-grams find the class's character. They span spaces too,
+    so they tell word orders apart."""
+    rng = np.random.default_rng(0)
+    filler = [chr(0x4E00 + i) for i in range(1000)]
+
+    def rows(n):
+        return [{"text": "评论 " + "".join(rng.choice(filler, 3)) + colour + "".join(rng.choice(filler, 3)),
+                 "label": colour} for colour in "红蓝" for _ in range(n)]
+
+    data = write_jsonl(tmp_path / "data", {"train": rows(20), "test": rows(5)})
+    accuracy = {}
+    for features in ("words", "chars"):
+        metrics = run_baseline(settings_for(f"data.path={data}", f"features={features}", app="baseline"),
+                               tmp_path / features)
+        accuracy[features] = (metrics.val.accuracy, metrics.test.accuracy)
+    assert accuracy == {"words": (0.5, 0.5), "chars": (1.0, 1.0)}
+    # ...and n-grams across a space: "cat dog" and "dog cat" have the same characters inside their words.
+    order = write_jsonl(tmp_path / "order", {split: [{"text": text, "label": text} for text in ("cat dog", "dog cat")
+                                                     for _ in range(n)] for split, n in (("train", 8), ("test", 2))})
+    metrics = run_baseline(settings_for(f"data.path={order}", "features=chars", app="baseline"), tmp_path / "order")
+    assert (metrics.val.accuracy, metrics.test.accuracy) == (1.0, 1.0)
 
 
 @pytest.mark.slow
@@ -57,4 +86,4 @@ def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summ
     metrics = RunMetrics.read(sweep / runs["run_dir"][0] / "metrics.json")
     assert metrics.val.n_samples == 307 and (sweep / runs["run_dir"][0] / "confusion_matrix_val.png").exists()
     assert "| bbc-news | tfidf-words |  | 2 |" in (sweep / "summary.md").read_text()  # one group of two seeds, no pe
-    assert mistake.returncode == 2 and "features=word: must be one of wordpiece, words" in mistake_stderr
+    assert mistake.returncode == 2 and "features=word: must be one of wordpiece, words, chars" in mistake_stderr

@@ -77,8 +77,31 @@ def test_the_cache_lives_where_the_setting_or_the_environment_says(tmp_path, mon
     assert tok.cache_root(None) == Path("~/.cache/mha-textclf").expanduser()
 
 
-def test_vocab_too_small_is_a_clear_error(train_texts):
-    with pytest.raises(UserError, match="vocab_size=3"):
+def test_characters_that_do_not_fit_leave_the_rarest_to_unk_and_room_for_merges(caplog):
+    """a and b occur 10 times, c and d 4, e to h once: 8 characters and ##a, ##b (inside "ba", "ab") need 15 tokens
+    with the 5 special ones. At vocab_size=11 the alphabet may take 5 (half): a, ##a, b, ##b, then c, which ties with
+    d and has the lower code point. One merge fills the vocabulary; d and every word with it are [UNK]."""
+    texts = ["ab ab ab ab ab ba ba ba ba ba", "c c c c d d d d e f g h"]
+    with caplog.at_level("INFO", logger="mha_textclf.tokenizer"):
+        tokenizer = tok.train_tokenizer(texts, vocab_size=11)
+    vocab = sorted(tokenizer.get_vocab(), key=tokenizer.get_vocab().get)
+    assert vocab == [*tok.SPECIAL_TOKENS, "a", "b", "c", "##a", "##b", "ab"]  # (a, ##b) before (b, ##a): a tie, by text
+    assert tokenizer.tokenize("ab ba c d dab h") == ["ab", "b", "##a", "c", "[UNK]", "[UNK]", "[UNK]"]
+    assert "holds 3 of the 8 characters" in caplog.text
+    assert tok.train_tokenizer(texts, vocab_size=15).get_vocab().keys() >= set("abcdefgh")  # all fit: as before
+
+
+def test_unk_from_characters_the_training_texts_never_have_is_no_matter_of_vocab_size():
+    tokenizer = tok.train_tokenizer(["abc abd"], vocab_size=100)  # every character fits
+    assert tokenizer.tokenize("abc xbd") == ["abc", "[UNK]"]
+    assert tok.unknown_rate_warning(tokenizer, {"train": 0.0, "val": 0.01}, ["abc abd"]) is None  # 1%: no warning
+    warning = tok.unknown_rate_warning(tokenizer, {"train": 0.0, "val": 0.5}, ["abc abd"])
+    assert "50.00% of the val tokens, though every character of the training texts is in the vocabulary" in warning
+    assert "tokenizer.vocab_size=" not in warning
+
+
+def test_a_vocab_size_without_room_for_a_character_is_a_clear_error(train_texts):
+    with pytest.raises(UserError, match=r"tokenizer.vocab_size=3 leaves no room .* use tokenizer.vocab_size=\d+"):
         tok.train_tokenizer(train_texts[:10], vocab_size=3)
 
 
@@ -113,16 +136,17 @@ def test_merges_inside_repeated_symbols_and_words_too_long_to_keep():
 
 
 def learn_in_a_fresh_process(root, texts, minilm, barrier):
-    """In a fresh interpreter, with its own hash seed: learn a tokenizer from scratch and one on MiniLM's pipeline,
-    each into a private cache, and return their files; then, at the same moment as the other process, build one
-    entry of a cache both share."""
+    """In a fresh interpreter, with its own hash seed: learn a tokenizer from scratch, one on MiniLM's pipeline and
+    one too small for every character, each into a private cache, and return their files; then, at the same moment
+    as the other process, build one entry of a cache both share."""
     from mha_textclf.settings import TokenizerSettings
-    from mha_textclf.tokenizer import get_tokenizer
+    from mha_textclf.tokenizer import get_tokenizer, missing_alphabet
 
     files = []
-    for base in (None, minilm):
-        private = Path(root) / f"private-{os.getpid()}-{'minilm' if base else 'scratch'}"
-        get_tokenizer(texts, TokenizerSettings(base=base, cache_dir=str(private)), max_length=512)
+    for base, vocab_size in ((None, 1000), (minilm, 1000), (None, 60)):
+        private = Path(root) / f"private-{os.getpid()}-{'minilm' if base else 'scratch'}-{vocab_size}"
+        tokenizer = get_tokenizer(texts, TokenizerSettings(vocab_size, base, str(private)), max_length=512)
+        assert bool(missing_alphabet(tokenizer, texts)) == (vocab_size == 60)  # (60: the alphabet does not fit)
         (entry,) = private.iterdir()
         files.append((entry / "tokenizer.json").read_bytes())
     barrier.wait()  # both processes start building the shared entry at once
@@ -132,14 +156,15 @@ def learn_in_a_fresh_process(root, texts, minilm, barrier):
 
 @pytest.mark.slow
 def test_fresh_processes_learn_the_same_files_and_build_one_cache_entry_safely(train_texts, minilm_dir, tmp_path):
-    """The same texts give the same tokenizer.json in any process (from scratch and on MiniLM's pipeline), and two
-    processes building the same cache entry at once leave one valid entry and no half-written leftovers."""
+    """The same texts give the same tokenizer.json in any process (from scratch, on MiniLM's pipeline, and with
+    characters that do not fit), and two processes building the same cache entry at once leave one valid entry and no
+    half-written leftovers."""
     context = mp.get_context("spawn")  # fresh interpreters, each with its own hash seed
     with context.Manager() as manager, context.Pool(2) as pool:
         barrier = manager.Barrier(2)
         (files, size), (other_files, other_size) = pool.starmap(
             learn_in_a_fresh_process, [(tmp_path, train_texts[:400], str(minilm_dir), barrier)] * 2)
-    assert files[0] == other_files[0] and files[1] == other_files[1]
+    assert files == other_files
     assert size == other_size == 300
     entries = os.listdir(tmp_path / "shared")
     assert len(entries) == 1 and not entries[0].startswith(".tmp")
@@ -168,10 +193,24 @@ def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts)
     assert len(long_texts[0]) > 100 * 16  # the prefix path was taken
 
 
-def reference_wordpiece(words: Counter, vocab_size: int, specials: list[str], prefix: str = "##") -> list[str]:
+def reference_wordpiece(words: Counter, vocab_size: int, specials: list[str], prefix: str = "##") -> list[str] | None:
     """The vocabulary learn_wordpiece promises, the slow obvious way: recount every pair after every merge, take the
-    most frequent, ties to the pair whose tokens' text sorts first."""
+    most frequent, ties to the pair whose tokens' text sorts first. When the characters do not all fit: the most
+    frequent (ties to the lower code point) while they and their ## forms take at most half of vocab_size, and only
+    the words made of them merge; None when not one character fits."""
     alphabet = sorted({c for w in words for c in w}) + sorted({prefix + c for w in words for c in w[1:]})
+    if len(specials) + len(alphabet) > vocab_size:
+        frequency = Counter(c for w, n in words.items() for c in w * n)
+        inside = {c for w in words for c in w[1:]}
+        kept = []
+        for c in sorted(frequency, key=lambda c: (-frequency[c], ord(c))):
+            if sum(1 + (k in inside) for k in [*kept, c]) > min(vocab_size // 2, vocab_size - len(specials)):
+                break
+            kept.append(c)
+        if not kept:
+            return None
+        alphabet = sorted(kept) + sorted(prefix + c for c in kept if c in inside)
+        words = Counter({w: n for w, n in words.items() if set(w) <= set(kept)})
     vocab = specials + [t for t in alphabet if t not in specials]
     pieces = {w: [w[0], *(prefix + c for c in w[1:])] for w in words}
     while len(vocab) < vocab_size:
@@ -203,14 +242,20 @@ small_corpora = st.lists(st.lists(st.text("abcdAé-", min_size=1, max_size=7), m
                          min_size=1, max_size=10)
 
 
-@settings(max_examples=40)
-@given(texts=small_corpora, extra=st.integers(0, 40), data=st.data())
+@settings(max_examples=60)
+@given(texts=small_corpora, extra=st.integers(-20, 40), data=st.data())
 def test_random_small_corpora_learn_the_reference_vocabulary_and_the_same_file_in_any_order(texts, extra, data):
     backend = tok.Tokenizer.from_str(json.dumps(tok._pipeline(None)[0]))  # the normalizer and pre-tokenizer
     words = tok.count_words(texts, backend)
-    vocab_size = len(tok.learn_wordpiece(words, 0, tok.SPECIAL_TOKENS)) + extra  # the alphabet, then `extra` merges
-    assert tok.learn_wordpiece(words, vocab_size, tok.SPECIAL_TOKENS) == reference_wordpiece(
-        words, vocab_size, tok.SPECIAL_TOKENS)
+    # The size at which every character fits, then `extra` merges more (or, below 0, characters fewer).
+    alphabet = len({c for w in words for c in w}) + len({c for w in words for c in w[1:]})
+    vocab_size = max(1, len(tok.SPECIAL_TOKENS) + alphabet + extra)
+    expected = reference_wordpiece(words, vocab_size, tok.SPECIAL_TOKENS)
+    if expected is None:
+        with pytest.raises(UserError, match="no room for a character"):
+            tok.learn_wordpiece(words, vocab_size, tok.SPECIAL_TOKENS)
+        return
+    assert tok.learn_wordpiece(words, vocab_size, tok.SPECIAL_TOKENS) == expected
     # Byte-identical tokenizer.json whatever the order of the texts (and so of the words' first appearance).
     first = tok.train_tokenizer(texts, vocab_size).backend_tokenizer.to_str()
     shuffled = data.draw(st.permutations(texts))

@@ -21,7 +21,7 @@ import yaml
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 from sklearn.utils.class_weight import compute_class_weight
 
-from conftest import REPO, logits_one_by_one, run_cli, run_split, settings_for, train_in_process
+from conftest import REPO, logits_one_by_one, run_cli, run_split, settings_for, train_in_process, write_jsonl
 from mha_textclf import pipeline as train_module
 from mha_textclf import training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
@@ -30,7 +30,7 @@ from mha_textclf.inference import load_run, predict
 from mha_textclf.model import TextClassifier
 from mha_textclf.reports import RunMetrics
 from mha_textclf.settings import DataSettings
-from mha_textclf.tokenizer import load_tokenizer, train_tokenizer
+from mha_textclf.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_tokenizer
 from mha_textclf.tracking import Trackers
 from mha_textclf.training import DivergenceError
 
@@ -74,6 +74,7 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
     assert [r["train_tokens"] for r in rows] == [sum(min(n, 128) for n in lengths)] * 2
     assert metrics.tokens_per_second == pytest.approx(sum(r["train_tokens"] for r in rows) / metrics.train_seconds)
     assert set(metrics.stages) == {"data", "tokenizer", "encode", "fit", "reports"}
+    assert set(metrics.unk_rate) == {"train", "val", "test"}  # (counted in the test of characters that do not fit)
     assert all(s["seconds"] >= 0 and s["peak_memory_mb"] > 0 for s in metrics.stages.values())
     assert metrics.time_to_accuracy == {  # the first epoch at each level, in training seconds
         f"{level:g}": next((r["elapsed_train_seconds"] for r in rows if r["val_accuracy"] >= level), None)
@@ -157,6 +158,45 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
     (row,) = history(tmp_path)
     assert row["eval_seconds"] >= 0.5 and row["train_seconds"] < row["eval_seconds"]  # a smoke epoch trains in ~0.1 s
     assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
+
+
+def test_unk_rate_counts_each_splits_unknown_tokens_as_the_model_sees_them_and_a_high_one_says_what_to_set(
+        tmp_path, caplog):
+    """Chinese characters, 20 frequent and 80 rare, in a 60-token vocabulary: the rare ones become [UNK]. unk_rate in
+    metrics.json is their share of each split's tokens after truncation, counted here from the saved tokenizer's own
+    tokens; the warning names the vocab_size at which every training character fits (and at that size it does)."""
+    rng = np.random.default_rng(0)
+    common, rare = [chr(0x4E00 + i) for i in range(20)], [chr(0x4E00 + 100 + i) for i in range(80)]
+
+    def text(label: str, n: int) -> dict:
+        chars = [rng.choice(common) if rng.random() < 0.9 else rng.choice(rare) for _ in range(n)]
+        return {"text": f"{label} " + "".join(chars), "label": label}
+
+    rows = {split: [text(label, 20) for label in ("red", "blue") for _ in range(n)]
+            for split, n in (("train", 40), ("test", 10))}
+    # Past max_length (128 tokens, [CLS] and [SEP] included), only rare characters: none of them is seen.
+    rows["test"].append({"text": "red " + "".join(common) * 7 + "".join(rare), "label": "red"})
+    folder = write_jsonl(tmp_path / "chars", rows)
+    with caplog.at_level("INFO"):
+        metrics = train_in_process(tmp_path / "run", *SMOKE, "data.max_train_samples=null", "tokenizer.vocab_size=60",
+                                   "trainer.epochs=1", "probes.attention=[]", "probes.order=[]",
+                                   f"tokenizer.cache_dir={tmp_path / 'cache'}", data_dir=folder)
+    tokenizer = load_tokenizer(tmp_path / "run" / "tokenizer", max_length=128)
+    for split in ("train", "val", "test"):
+        tokens = [tokenizer.tokenize(t)[:126] for t in run_split(tmp_path / "run", split).texts]
+        unknown = sum(token == "[UNK]" for row in tokens for token in row)
+        assert metrics.unk_rate[split] == pytest.approx(unknown / sum(map(len, tokens)), rel=1e-12)
+        assert 0.05 < metrics.unk_rate[split] < 0.2  # about 10% of the characters are rare
+    assert RunMetrics.read(tmp_path / "run" / "metrics.json").unk_rate == metrics.unk_rate
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "[UNK]" in r.getMessage()]
+    size = int(re.search(r"tokenizer\.vocab_size=(\d+)", warning).group(1))
+    train_texts = run_split(tmp_path / "run", "train").texts
+    every_character = train_tokenizer(train_texts, vocab_size=size)
+    assert {c for t in train_texts for c in t if not c.isspace()} <= every_character.get_vocab().keys()
+    def merges(tokenizer) -> list[str]:
+        return [t for t in tokenizer.get_vocab() if len(t.removeprefix("##")) > 1 and t not in SPECIAL_TOKENS]
+
+    assert len(merges(every_character)) == len(merges(tokenizer)) > 0  # and as many merges as the run's vocabulary
 
 
 @pytest.mark.parametrize(("launcher", "expected"), [

@@ -1,7 +1,8 @@
 """A bag-of-words reference: TF-IDF features and a linear classifier, on exactly the attention models' splits.
 
-Two feature sets: `wordpiece` uses the same tokenizer and the same truncation as the attention models (so it sees
-the same information, without any order), `words` uses word uni- and bigrams of the full text (an upper reference).
+Three feature sets: `wordpiece` uses the same tokenizer and the same truncation as the attention models (so it sees
+the same information, without any order), `words` uses word uni- and bigrams of the full text (an upper reference),
+`chars` character 1- to 4-grams of the full text (a reference for any script, with spaces between words or none).
 """
 
 from __future__ import annotations
@@ -68,8 +69,14 @@ def tfidf_baseline(corpus: Corpus, features: str, tokenizer, max_length: int, se
         vectorizer = TfidfVectorizer(analyzer=lambda ids: ids, sublinear_tf=True)
         classifier = LogisticRegression(C=20.0, max_iter=5000)
         prepare = wordpieces
-    else:  # words
-        vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+    else:  # words or chars, over the full text, with the same linear classifier
+        if features == "words":
+            vectorizer = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
+        else:
+            # `char`, not `char_wb`: n-grams across a space carry word pairs ("n of t"), and to char_wb a script
+            # without spaces is one long word anyway. 1 to 4 characters: on bbc-news' validation split as good as 2
+            # to 5 (0.984 and 0.980) with a third of the features; a Chinese character is a word of its own.
+            vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 4), sublinear_tf=True, min_df=2)
         classifier = LinearSVC(C=1.0, random_state=seed)
         prepare = list
     start = time.perf_counter()

@@ -53,7 +53,8 @@ EXAMPLES = {
     "baseline": """\
   python scripts/baseline_tfidf.py                                   wordpiece features on bbc-news, seed 0
   python scripts/baseline_tfidf.py -m features=wordpiece,words seed=0,1,2      six runs, summarised at the end
-  python scripts/baseline_tfidf.py data=reuters_r8 features=words    the same data settings as training""",
+  python scripts/baseline_tfidf.py data=reuters_r8 features=words    the same data settings as training
+  python scripts/baseline_tfidf.py data=chinese_reviews features=chars    character n-grams, for any script""",
     "search": """\
   python -m search                                   40 trials over configs/hparams_search/accuracy.yaml
   python -m search n_trials=60                       the same study, extended (or resumed after Ctrl-C)

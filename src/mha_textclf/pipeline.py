@@ -36,7 +36,7 @@ from mha_textclf.reports import (
     write_json,
 )
 from mha_textclf.settings import TrainSettings, flat
-from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer
+from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer, unknown_rate, unknown_rate_warning
 from mha_textclf.tracking import open_trackers
 from mha_textclf.training import (
     FitResult,
@@ -104,6 +104,7 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
             tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, start.in_place, inputs)
         with stage("encode"):
             loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
+        unk_rate = unknown_tokens(tokenizer, loaders, corpus)
         model = build_model(settings, corpus, tokenizer).to(device)
         trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
                        {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
@@ -133,7 +134,7 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
             with stage("reports"):
                 save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
                 metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
-                                        stage.record)
+                                        stage.record, unk_rate)
                 write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
         metrics.stages = stage.record  # now with the reports' own stage
         metrics.write(run_dir / "metrics.json")
@@ -221,6 +222,17 @@ def make_loaders(settings: TrainSettings, corpus: Corpus, tokenizer, device: tor
     }
 
 
+def unknown_tokens(tokenizer, loaders: dict, corpus: Corpus) -> dict[str, float]:
+    """The share of [UNK] among each split's tokens as the model sees them (metrics.json's unk_rate), logged, with a
+    warning that says what to change where it is high."""
+    rates = {name: unknown_rate(tokenizer, loader.dataset.input_ids) for name, loader in loaders.items()}
+    log.info("[UNK] among the tokens: " + ", ".join(f"{name} {rate:.3%}" for name, rate in rates.items()))
+    warning = unknown_rate_warning(tokenizer, rates, corpus.train.texts)
+    if warning:
+        log.warning(warning)
+    return rates
+
+
 def build_model(settings: TrainSettings, corpus: Corpus, tokenizer) -> TextClassifier:
     """The chosen architecture plus what the pipeline derives: vocabulary from the tokenizer, classes from the data."""
     config = ModelConfig(**asdict(settings.model), vocab_size=len(tokenizer), n_classes=len(corpus.class_names),
@@ -236,7 +248,8 @@ def _title(settings: TrainSettings) -> str:
 
 def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier, corpus: Corpus, loaders: dict,
                   result: FitResult, device: torch.device, stop: StopOnSignal,
-                  class_weights: torch.Tensor | None = None, stage_record: dict | None = None) -> RunMetrics:
+                  class_weights: torch.Tensor | None = None, stage_record: dict | None = None,
+                  unk_rate: dict[str, float] | None = None) -> RunMetrics:
     """The reported model (lowest validation loss) on val, then on the test split, evaluated once; metrics.json.
 
     A signal that arrives meanwhile (`stop` caught it) lets the reports finish and is recorded in metrics.json.
@@ -261,7 +274,7 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
         vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
         time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),
-        stages=dict(stage_record or {}))
+        stages=dict(stage_record or {}), unk_rate=dict(unk_rate or {}))
     metrics.write(run_dir / "metrics.json")
     return metrics
 

@@ -88,6 +88,9 @@ class RunMetrics:
     # Training seconds (validation excluded) until validation accuracy first reached each level; None: never.
     time_to_accuracy: dict[str, float | None] = field(default_factory=dict)
     stages: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds and peak memory (MB) of each stage
+    # Per split (train, val, test): the share of its tokens, as the model sees them (truncated; [CLS], [SEP] and
+    # [PAD] not counted), that are [UNK]. Empty for a baseline, and in files written before it was recorded.
+    unk_rate: dict[str, float] = field(default_factory=dict)
     finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     versions: dict[str, str] = field(default_factory=lambda: library_versions())
     format: str = METRICS_FORMAT

@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import MISSING
 
 SCHEDULES = ("constant", "linear", "cosine")
-FEATURES = ("wordpiece", "words")
+FEATURES = ("wordpiece", "words", "chars")
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -87,7 +87,9 @@ class DataSettings:
 
 @dataclass
 class TokenizerSettings:
-    vocab_size: int = setting(1000, "WordPiece vocabulary size, special tokens included", gt=0)
+    vocab_size: int = setting(1000, "WordPiece vocabulary size, special tokens included. When the training texts "
+                                    "have more characters than fit, the most frequent take up to half of it and the "
+                                    "others become [UNK] (a run warns when a split's [UNK] rate is high)", gt=0)
     base: str | None = setting(None, "null: train WordPiece from scratch; a hub id or local folder: retrain that "
                                      "tokenizer's pipeline on the training texts")
     cache_dir: str | None = setting(None, "where trained tokenizers are cached; null: $MHA_TEXTCLF_CACHE or "
@@ -191,7 +193,9 @@ class BaselineSettings:
     data: DataSettings = setting(help="", factory=DataSettings)
     tokenizer: TokenizerSettings = setting(help="", factory=TokenizerSettings)
     features: str = setting("wordpiece", "wordpiece: the training runs' tokenizer and truncation, as a bag of "
-                                         "tokens; words: word uni- and bigrams of the whole text", choices=FEATURES)
+                                         "tokens; words: word uni- and bigrams of the whole text; chars: character "
+                                         "1- to 4-grams of the whole text (any script, spaces or none)",
+                            choices=FEATURES)
     seed: int = setting(0, "seeds the validation split, as in training", ge=0, lt=2**32)
 
 

@@ -6,6 +6,7 @@ import hashlib
 import heapq
 import itertools
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -23,10 +24,25 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 from mha_textclf.errors import UserError
 from mha_textclf.settings import TokenizerSettings
 
+log = logging.getLogger(__name__)
+
 # [PAD] first so that its id is 0, the padding_idx the embedding expects.
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-# Bump when the way tokenizers are built changes, so stale cache entries are not reused (2: learn_wordpiece).
+# Bump when the way tokenizers are built changes, so stale cache entries are not reused (2: learn_wordpiece). Not
+# bumped for alphabets that do not fit (see `choose_alphabet`): every tokenizer that was built before is built the same
+# way now, and those that are new were refused before, so no entry of theirs exists.
 CACHE_FORMAT = 2
+# When the characters of the training texts do not all fit in the vocabulary, they (with their ## forms) take at most
+# this share of it, and merges the rest. Merges are what make a vocabulary more than an alphabet: they keep sequences
+# short and give frequent words a token of their own. Half keeps both. On the Chinese reviews (4132 characters), a
+# 1000-token vocabulary keeps the 471 most frequent, 84% of the characters' occurrences; that script would be better
+# served by more characters and fewer merges (each of its characters is a word of its own), but better still by a
+# vocabulary that holds them all, which the [UNK] warning names.
+ALPHABET_SHARE = 0.5
+# A split whose tokens are [UNK] more often than this gets a warning. With every character in the vocabulary the rate
+# is at most 0.03% on the corpora of scripts/fetch_corpora.py and bbc-news, 0.14% on the Chinese reviews (characters
+# the training texts never have); with characters cut, 5.7% (Chinese, 2000 tokens) and more. 1% lies well between.
+UNKNOWN_RATE_WARNING = 0.01
 
 
 def cache_root(cache_dir: str | None) -> Path:
@@ -85,11 +101,6 @@ def train_tokenizer(texts: list[str], vocab_size: int, base: str | None = None) 
     model = spec["model"]
     vocab = learn_wordpiece(count_words(texts, backend), vocab_size, specials, model["continuing_subword_prefix"],
                             model["max_input_chars_per_word"])
-    if len(vocab) > vocab_size:
-        # Every character of the corpus (and its ## form) is a token whatever vocab_size says.
-        raise UserError(f"tokenizer.vocab_size={vocab_size} is smaller than the special tokens plus the characters "
-                        f"of the training texts need ({len(vocab)} tokens); use tokenizer.vocab_size={len(vocab)} or "
-                        "more.")
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(_with_vocabulary(spec, vocab))),
                                    **special_tokens)
 
@@ -144,11 +155,14 @@ def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], p
     (on bbc-news, 995 of 1000 tokens are the library's; the other 5 won ties the other way). Here the same words
     always give the same list: the special tokens; every character, in code-point order; the `##` form of every
     character that occurs inside a word, in code-point order; then each merged token in the order it was learned.
+    When the characters do not all fit, only the most frequent are kept (`choose_alphabet`), and the words that hold
+    any other learn no merges: they encode as [UNK] whatever the vocabulary holds.
     """
     words = {w: n for w, n in words.items() if len(w) <= max_word_length}  # longer words encode as [UNK] anyway
-    alphabet = sorted({c for w in words for c in w}) + sorted({prefix + c for w in words for c in w[1:]})
+    alphabet = choose_alphabet(words, vocab_size, specials, prefix)
     vocab = specials + [t for t in alphabet if t not in specials]
     ids = {token: i for i, token in enumerate(vocab)}
+    words = {w: n for w, n in words.items() if all(c in ids for c in w)}
     # Each distinct word as a list of symbol ids: its first character as is, the rest as continuations.
     symbols = [[ids[w[0]], *(ids[prefix + c] for c in w[1:])] for w in words]
     counts = list(words.values())
@@ -196,6 +210,44 @@ def learn_wordpiece(words: Counter[str], vocab_size: int, specials: list[str], p
     return vocab
 
 
+def choose_alphabet(words: dict[str, int], vocab_size: int, specials: list[str], prefix: str = "##") -> list[str]:
+    """The tokens a vocabulary starts from: characters in code-point order, then the `##` forms of those that occur
+    inside a word, in code-point order.
+
+    Every character of `words` when they all fit in `vocab_size` beside `specials`. Otherwise the most frequent
+    characters (by occurrences in the words, times each word's count; ties to the lower code point, so that the
+    choice is the same in every process) whose tokens, with their `##` forms, take at most ALPHABET_SHARE of
+    `vocab_size`; the others become [UNK].
+    """
+    chars = sorted({c for w in words for c in w})
+    inside = {c for w in words for c in w[1:]}
+    every = chars + sorted(prefix + c for c in inside)
+    if len(specials) + len([t for t in every if t not in specials]) <= vocab_size:
+        return every
+    frequency = Counter()
+    for word, n in words.items():
+        for c, times in Counter(word).items():
+            frequency[c] += times * n
+    budget = min(int(ALPHABET_SHARE * vocab_size), vocab_size - len(specials))
+    kept, used = [], 0
+    for c in sorted(chars, key=lambda c: (-frequency[c], c)):
+        used += 1 + (c in inside)  # the character, and its ## form if it has one
+        if used > budget:
+            break
+        kept.append(c)
+    fits = len(specials) + len(every)
+    if not kept:
+        raise UserError(f"tokenizer.vocab_size={vocab_size} leaves no room for a character beside the "
+                        f"{len(specials)} special tokens (when not every character fits, characters take at most "
+                        f"{ALPHABET_SHARE:.0%} of it); use tokenizer.vocab_size={fits} or more, where every character "
+                        "of the training texts fits.")
+    alphabet = sorted(kept) + sorted(prefix + c for c in kept if c in inside)
+    share = sum(frequency[c] for c in kept) / sum(frequency.values())
+    log.info(f"tokenizer.vocab_size={vocab_size} holds {len(kept)} of the {len(chars)} characters of the training "
+             f"texts (the most frequent, {share:.2%} of their occurrences); the others become [UNK].")
+    return alphabet
+
+
 def _merge(word: list[int], a: int, b: int, new: int) -> list[int]:
     """`word` with every (a, b), left to right, replaced by `new`; the same list object when it has none."""
     out, i = [], 0
@@ -232,6 +284,50 @@ def load_tokenizer(path: str | Path, max_length: int) -> PreTrainedTokenizerBase
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     tokenizer.model_max_length = max_length
     return tokenizer
+
+
+def unknown_rate(tokenizer: PreTrainedTokenizerBase, encodings: Iterable[np.ndarray]) -> float:
+    """The share of the tokens that are [UNK] in `encodings` (a split, as `encode` gives it: truncated, what the model
+    sees), [CLS], [SEP] and [PAD] not counted; 0 for a split without tokens."""
+    framing = [i for i in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id) if i is not None]
+    tokens = unknown = 0
+    for ids in encodings:
+        tokens += len(ids) - int(np.isin(ids, framing).sum())
+        unknown += int(np.count_nonzero(ids == tokenizer.unk_token_id))
+    return unknown / tokens if tokens else 0.0
+
+
+def unknown_rate_warning(tokenizer: PreTrainedTokenizerBase, rates: dict[str, float],
+                         train_texts: list[str]) -> str | None:
+    """What to say when a split's [UNK] rate is above UNKNOWN_RATE_WARNING (None when none is): the setting that puts
+    every character of the training texts in the vocabulary, or, when they are all there already, that no vocabulary
+    size helps."""
+    high = {split: rate for split, rate in rates.items() if rate > UNKNOWN_RATE_WARNING}
+    if not high:
+        return None
+    shown = ", ".join(f"{rate:.2%} of the {split} tokens" for split, rate in high.items())
+    missing = missing_alphabet(tokenizer, train_texts)
+    model = tokenizer.backend_tokenizer.model
+    if missing:
+        # Every character and as many merges as now: the vocabulary learned at that size holds both.
+        characters = {t.removeprefix(model.continuing_subword_prefix) for t in missing}
+        return (f"[UNK] is {shown}: {len(characters)} characters of the training texts are not in the "
+                f"{len(tokenizer)}-token vocabulary. Use tokenizer.vocab_size={len(tokenizer) + len(missing)} (or "
+                "more), where every character fits.")
+    return (f"[UNK] is {shown}, though every character of the training texts is in the vocabulary: the others are "
+            f"characters the training texts never have, or words of more than {model.max_input_chars_per_word} "
+            "characters. A larger tokenizer.vocab_size does not change that; training texts that have them do.")
+
+
+def missing_alphabet(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[str]:
+    """The characters of `texts` (as the tokenizer normalises and splits them) and `##` forms that its vocabulary
+    lacks: those that did not fit when it was learned."""
+    backend = tokenizer.backend_tokenizer
+    model = backend.model
+    words = [w for w in count_words(texts, backend) if len(w) <= model.max_input_chars_per_word]
+    prefix, vocab = model.continuing_subword_prefix, tokenizer.get_vocab()
+    wanted = {c for w in words for c in w} | {prefix + c for w in words for c in w[1:]}
+    return sorted(t for t in wanted if t not in vocab)
 
 
 ENCODE_BATCH = 1000  # texts per call: the tokenizer's own threads get work, memory stays a batch's worth
