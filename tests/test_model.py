@@ -13,9 +13,9 @@ CLS, SEP, PAD = 2, 3, 0
 
 def build(variant="efficient", pe=False, seed=0, **overrides):
     torch.manual_seed(seed)
-    return TextClassifier(ModelConfig(**{"token_dropout": 0.0} | overrides, vocab_size=50, n_classes=5,
-                                      attention=variant, d_model=16, n_heads=4, mlp_hidden=32, pe=pe, max_length=32,
-                                      pad_id=PAD)).eval()
+    return TextClassifier(ModelConfig(**{"token_dropout": 0.0, "token_dropout_keep": 0} | overrides, vocab_size=50,
+                                      n_classes=5, attention=variant, d_model=16, n_heads=4, mlp_hidden=32, pe=pe,
+                                      max_length=32, pad_id=PAD)).eval()
 
 
 def batch(lengths, T=None, seed=0):
@@ -125,6 +125,25 @@ def test_token_dropout_hides_tokens_like_padding_while_training_only(variant):
     torch.testing.assert_close(trained, model(ids, mask | hidden), atol=1e-6, rtol=1e-6)
     assert not torch.allclose(trained, model(ids, mask), atol=1e-3)
     torch.testing.assert_close(model(ids, mask), build(variant, pe=True)(ids, mask))  # eval: no dropout at all
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_token_dropout_never_leaves_a_text_fewer_than_keep_tokens(variant):
+    """A text of n tokens (but [CLS]) is hidden with min(p, 1 - keep/n): a short one keeps all or most of its tokens,
+    a long one is hidden at p with the very random numbers a plain rate p uses."""
+    p, keep, lengths = 0.75, 4, [4, 7, 12, 30]  # [CLS] + n tokens (+ [SEP]): n = 3, 6, 11, 29
+    model = build(variant, pe=True, token_dropout=p, token_dropout_keep=keep)
+    ids, mask = batch(lengths)
+    torch.manual_seed(3)
+    trained = model.train()(ids, mask)
+    n = torch.tensor(lengths, dtype=torch.float32)[:, None] - 1
+    torch.manual_seed(3)
+    draw = torch.rand(ids.shape)
+    hidden = draw < (1 - keep / n).clamp(0, p)  # the reference, written out: (B, T) vs (B, 1)
+    hidden[:, 0] = False
+    assert not hidden[0].any() and hidden[3].equal((draw < p)[3] & (torch.arange(ids.size(1)) > 0))
+    model.eval()
+    torch.testing.assert_close(trained, model(ids, mask | hidden), atol=1e-6, rtol=1e-6)
 
 
 def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():

@@ -11,13 +11,15 @@ import textwrap
 import time
 
 import pytest
+import torch
 import yaml
 
-from conftest import REPO, fingerprint, train_in_process
+from conftest import REPO, fingerprint, run_split, settings_for, train_in_process
 from mha_textclf import run_folder, training
 from mha_textclf.errors import RunFolderError
 from mha_textclf.reports import RunMetrics
 from mha_textclf.summary import run_row
+from mha_textclf.tokenizer import resolve_vocab_size
 
 # Dropout, token dropout, a warm-up + cosine schedule and length grouping carry RNG and schedule state across epochs:
 # continuing must restore all of it for the history to match the uninterrupted run's.
@@ -290,3 +292,21 @@ def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path
         patch.setattr(training, "_train_epoch", not_epoch_1)
         metrics = train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
     assert_same_as_uninterrupted(resumed, metrics, uninterrupted)
+
+
+@pytest.mark.slow
+def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_command_continues(data_dir, tmp_path):
+    run_dir, command = tmp_path / "run", ["tokenizer.vocab_size=null", "experiment=smoke", "probes.attention=[]"]
+    metrics = train_in_process(run_dir, *command, data_dir=data_dir)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    decided = config["tokenizer"]["vocab_size"]
+    # The rule's own answer on this run's training texts, recorded with its reason wherever the run is described.
+    expected, why = resolve_vocab_size(run_split(run_dir, "train").texts, settings_for(*command).tokenizer)
+    assert decided == expected.vocab_size and metrics.adapted == {"tokenizer.vocab_size": f"{decided}: {why}"}
+    assert RunMetrics.read(run_dir / "metrics.json").adapted == metrics.adapted
+    assert torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]["tokenizer"]["vocab_size"] \
+        == decided
+    # The same command (null again) finds its run; another size is other settings.
+    assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
+    with pytest.raises(RunFolderError, match=r"tokenizer\.vocab_size"):
+        train_in_process(run_dir, *command, f"tokenizer.vocab_size={decided + 100}", data_dir=data_dir)

@@ -260,3 +260,23 @@ def test_random_small_corpora_learn_the_reference_vocabulary_and_the_same_file_i
     first = tok.train_tokenizer(texts, vocab_size).backend_tokenizer.to_str()
     shuffled = data.draw(st.permutations(texts))
     assert tok.train_tokenizer(shuffled, vocab_size).backend_tokenizer.to_str() == first
+
+
+def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_frequency_times():
+    """Reference counts written out: words w0..w249 (w, then digits) and CJK characters, which the BERT pre-tokenizer
+    makes words of one character each."""
+    words = [f"w{i}" for i in range(250)]
+    texts = [" ".join(words[:180])] * 20 + [" ".join(words[180:])] * 19  # 180 words 20 times, 70 words 19 times
+    alphabet = 1 + 10  # "w" starts every word; "##0".."##9" follow it
+    settings = TokenizerSettings(vocab_size=None, min_frequency=20)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tok, "AUTO_VOCAB_FLOOR", 0)  # the counts themselves, not the floor
+        assert tok.resolve_vocab_size(texts, settings)[0].vocab_size == 200  # 5 specials + 11 + 180 -> hundreds
+        assert tok.resolve_vocab_size(texts, TokenizerSettings(vocab_size=None, min_frequency=19))[0].vocab_size \
+            == 300  # 5 + 11 + 250
+        characters = "".join(chr(0x4E00 + i) for i in range(160))  # each a word, each an alphabet entry
+        # 160 characters: twice that, so that they may take their half of the vocabulary (5 + 160 alone fits 200).
+        assert tok.resolve_vocab_size([characters] * 20, settings)[0].vocab_size == 400
+    resolved, why = tok.resolve_vocab_size(texts, settings)
+    assert resolved.vocab_size == tok.AUTO_VOCAB_FLOOR == 1000 and f"180 words and {alphabet} characters" in why
+    assert tok.resolve_vocab_size(texts, TokenizerSettings(vocab_size=700)) == (TokenizerSettings(vocab_size=700), None)

@@ -40,7 +40,8 @@ def toy_problem(n=64, seed=0):
 
 def model(**overrides):
     torch.manual_seed(0)
-    return TextClassifier(ModelConfig(**{"token_dropout": 0.0} | overrides, attention="efficient", vocab_size=50,
+    return TextClassifier(ModelConfig(**{"token_dropout": 0.0, "token_dropout_keep": 0} | overrides,
+                                      attention="efficient", vocab_size=50,
                                       n_classes=2, d_model=16, n_heads=2, mlp_hidden=16, pe=False, max_length=32,
                                       pad_id=0))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from sklearn.svm import LinearSVC
 from mha_textclf.data import Corpus, load_corpus
 from mha_textclf.reports import RunMetrics, split_report
 from mha_textclf.settings import BaselineSettings
-from mha_textclf.tokenizer import encode, get_tokenizer
+from mha_textclf.tokenizer import encode, get_tokenizer, resolve_vocab_size
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,13 @@ def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
     """Load the data as training does (same splits, same tokenizer), fit, and write a run folder that the summaries
     table next to the attention runs: config.yaml, metrics.json, classification reports, confusion matrices."""
     corpus = load_corpus(settings.data, settings.seed)
+    adapted = {}
+    if settings.features == "wordpiece":  # the attention runs' tokenizer: its size decided the same way
+        tokenizer_settings, why = resolve_vocab_size(corpus.train.texts, settings.tokenizer)
+        if why:
+            settings = replace(settings, tokenizer=tokenizer_settings)
+            adapted["tokenizer.vocab_size"] = f"{tokenizer_settings.vocab_size}: {why}"
+            log.info(f"tokenizer.vocab_size={tokenizer_settings.vocab_size} (null: {why})")
     tokenizer = (get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
                  if settings.features == "wordpiece" else None)
     result = tfidf_baseline(corpus, settings.features, tokenizer, settings.data.max_length, settings.seed)
@@ -53,7 +60,8 @@ def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
                          class_names=corpus.class_names, params=result.n_features * len(corpus.class_names),
                          train_seconds=result.train_seconds, eval_seconds=0.0, epochs=0, best_epoch=None,
                          stopped_early=False, interrupted_by=None, tokens_per_second=None,
-                         vocab_size=len(tokenizer) if tokenizer is not None else None, device="cpu", threads=1)
+                         vocab_size=len(tokenizer) if tokenizer is not None else None, device="cpu", threads=1,
+                         adapted=adapted)
     metrics.write(run_dir / "metrics.json")
     log.info(f"{name} seed {settings.seed} on {corpus.name}: val accuracy {metrics.val.accuracy:.4f}  test accuracy "
              f"{metrics.test.accuracy:.4f}  ({result.train_seconds:.1f}s)  ->  {run_dir}")

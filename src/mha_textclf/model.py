@@ -107,8 +107,14 @@ class TextClassifier(nn.Module):
             # Word dropout (Iyyer et al., 2015): each text is seen as a random subset of its tokens, so the
             # classifier cannot lean on a few memorised ones. Hidden like padding, from every query alike, so
             # cls_only stays exact; [CLS] always stays visible (a query needs at least one key). Meant for long
-            # texts: at p=0.75 a 3-word text loses every word 42% of the time.
-            hidden = torch.rand(input_ids.shape, device=input_ids.device) < self.config.token_dropout  # (B, T)
+            # texts: at p=0.75 a 20-token snippet keeps 5, so a text of n tokens is hidden with probability
+            # min(p, 1 - keep/n) and keeps about `keep` of them at least; a text of n >= keep/(1-p) tokens is
+            # hidden at p itself (with the same random numbers as a plain rate p).
+            p = self.config.token_dropout
+            if self.config.token_dropout_keep:
+                n = (input_ids != self.config.pad_id).sum(1, keepdim=True) - 1  # (B, 1): tokens but [CLS]
+                p = (1 - self.config.token_dropout_keep / n.clamp(min=1)).clamp(0, p)  # (B, 1)
+            hidden = torch.rand(input_ids.shape, device=input_ids.device) < p  # (B, T)
             hidden[:, 0] = False
             mask = hidden if mask is None else mask | hidden
         positions = None

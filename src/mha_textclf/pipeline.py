@@ -13,7 +13,7 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -36,7 +36,14 @@ from mha_textclf.reports import (
     write_json,
 )
 from mha_textclf.settings import TrainSettings, flat
-from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer, unknown_rate, unknown_rate_warning
+from mha_textclf.tokenizer import (
+    encode,
+    get_tokenizer,
+    load_tokenizer,
+    resolve_vocab_size,
+    unknown_rate,
+    unknown_rate_warning,
+)
 from mha_textclf.tracking import open_trackers
 from mha_textclf.training import (
     FitResult,
@@ -101,6 +108,7 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
         with stage("data"):
             corpus = inputs.get("corpus", settings, lambda: load_data(settings))
         with stage("tokenizer"):
+            settings, adapted = adapt_to_corpus(settings, corpus, run_dir, state)
             tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, start.in_place, inputs)
         with stage("encode"):
             loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
@@ -134,7 +142,7 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
             with stage("reports"):
                 save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
                 metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
-                                        stage.record, unk_rate)
+                                        stage.record, unk_rate, adapted)
                 write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
         metrics.stages = stage.record  # now with the reports' own stage
         metrics.write(run_dir / "metrics.json")
@@ -189,6 +197,24 @@ def load_data(settings: TrainSettings) -> Corpus:
     for split, source in corpus.sources.items():
         log.info(f"  {split}: {source}")
     return corpus
+
+
+def adapt_to_corpus(settings: TrainSettings, corpus: Corpus, run_dir: Path,
+                    state: dict | None) -> tuple[TrainSettings, dict[str, str]]:
+    """The settings with those left null to adapt to the corpus (settings.ADAPTIVE) decided, once: a continued run
+    keeps the values it decided when it started. Logged, written into config.yaml (and so into last.pt's metadata),
+    and returned as {key: "value: why"} for metrics.json."""
+    if settings.tokenizer.vocab_size is not None:
+        return settings, {}
+    if state:
+        decided = state["metadata"]["config"]["tokenizer"]["vocab_size"]
+        tokenizer, why = replace(settings.tokenizer, vocab_size=decided), "decided when this run started"
+    else:
+        tokenizer, why = resolve_vocab_size(corpus.train.texts, settings.tokenizer)
+    settings = replace(settings, tokenizer=tokenizer)
+    log.info(f"tokenizer.vocab_size={tokenizer.vocab_size} (null: {why})")
+    run_folder.write_config(run_dir, settings)
+    return settings, {"tokenizer.vocab_size": f"{tokenizer.vocab_size}: {why}"}
 
 
 def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None,
@@ -249,7 +275,7 @@ def _title(settings: TrainSettings) -> str:
 def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier, corpus: Corpus, loaders: dict,
                   result: FitResult, device: torch.device, stop: StopOnSignal,
                   class_weights: torch.Tensor | None = None, stage_record: dict | None = None,
-                  unk_rate: dict[str, float] | None = None) -> RunMetrics:
+                  unk_rate: dict[str, float] | None = None, adapted: dict[str, str] | None = None) -> RunMetrics:
     """The reported model (lowest validation loss) on val, then on the test split, evaluated once; metrics.json.
 
     A signal that arrives meanwhile (`stop` caught it) lets the reports finish and is recorded in metrics.json.
@@ -274,7 +300,8 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
         vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
         time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),
-        stages=dict(stage_record or {}), unk_rate=dict(unk_rate or {}))
+        stages=dict(stage_record or {}), unk_rate=dict(unk_rate or {}),
+        adapted=dict(adapted or {}))
     metrics.write(run_dir / "metrics.json")
     return metrics
 

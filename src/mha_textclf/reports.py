@@ -91,6 +91,8 @@ class RunMetrics:
     # Per split (train, val, test): the share of its tokens, as the model sees them (truncated; [CLS], [SEP] and
     # [PAD] not counted), that are [UNK]. Empty for a baseline, and in files written before it was recorded.
     unk_rate: dict[str, float] = field(default_factory=dict)
+    # Settings left null that the run decided from the corpus (settings.ADAPTIVE): {key: "value: why"}.
+    adapted: dict[str, str] = field(default_factory=dict)
     finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     versions: dict[str, str] = field(default_factory=lambda: library_versions())
     format: str = METRICS_FORMAT

@@ -36,7 +36,7 @@ import yaml
 from mha_textclf.checkpoint import load_training_state
 from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.reports import RunMetrics, write_history, write_json
-from mha_textclf.settings import TrainSettings, flat, is_training_setting, show
+from mha_textclf.settings import ADAPTIVE, TrainSettings, flat, is_training_setting, show
 
 log = logging.getLogger("train")
 
@@ -68,10 +68,15 @@ def changed_settings(saved: dict, now: dict) -> list[str]:
     other: where things are, what is reported and a longer run with a constant learning rate do not count."""
     # A key only one side has is a setting added or removed since then: nothing the two runs can disagree on.
     changed = sorted(k for k in saved.keys() & now.keys()
-                     if saved[k] != now[k] and is_training_setting(k) and k not in CONTINUABLE_CHANGES)
+                     if saved[k] != now[k] and is_training_setting(k) and k not in CONTINUABLE_CHANGES
+                     and not (k in ADAPTIVE and now[k] is None))  # null: whatever the run decided
     if saved.get("trainer.epochs") != now.get("trainer.epochs") and now.get("trainer.schedule") != "constant":
         changed.append("trainer.epochs")  # a decaying schedule is laid out over the original epochs
     return changed
+
+
+def write_config(run_dir: Path, settings: TrainSettings) -> None:
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
 
 
 def read_status(run_dir: Path) -> dict:
@@ -109,7 +114,7 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
         if start.finished is None:
             if start.state is None or not start.in_place:
                 _clear(run_dir)  # a fresh start, or a continuation of another folder: nothing stale stays
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
+            write_config(run_dir, settings)
             if start.state is not None:  # history.csv tells the whole story up to the state continued from
                 write_history(run_dir / "history.csv", start.state["history"])
             (run_dir / "error.txt").unlink(missing_ok=True)

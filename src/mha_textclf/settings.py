@@ -59,6 +59,9 @@ class ModelSettings:
     embedding_dropout: float = setting(0.0, "dropout on the token (+ position) embeddings", ge=0, lt=1)
     token_dropout: float = setting(0.75, "while training, hide each token but [CLS] from attention with this "
                                          "probability (word dropout)", ge=0, lt=1)
+    token_dropout_keep: int = setting(32, "token dropout never leaves a text fewer than this many tokens: a text of n "
+                                          "tokens is hidden with min(token_dropout, 1 - keep/n), so short texts "
+                                          "(snippets, tweets) lose few or none", ge=0)
     mlp_dropout: float = setting(0.0, "dropout on the [CLS] vector entering the classifier", ge=0, lt=1)
     cls_only: bool = setting(False, "attend with the [CLS] query alone: O(T) instead of O(T²), the same logits and "
                                     "gradients while model.dropout is 0")
@@ -87,9 +90,15 @@ class DataSettings:
 
 @dataclass
 class TokenizerSettings:
-    vocab_size: int = setting(1000, "WordPiece vocabulary size, special tokens included. When the training texts "
-                                    "have more characters than fit, the most frequent take up to half of it and the "
-                                    "others become [UNK] (a run warns when a split's [UNK] rate is high)", gt=0)
+    vocab_size: int | None = setting(None, "WordPiece vocabulary size, special tokens included; null: grows with "
+                                           "the corpus, every word and character that occurs min_frequency times "
+                                           "or more in the training texts, at least 1000 (resolved once, logged and "
+                                           "written into config.yaml and metrics.json). When the training texts "
+                                           "have more characters than fit, the most frequent take up to half of it "
+                                           "and the others become [UNK] (a run warns when a split's [UNK] rate is "
+                                           "high)", gt=0)
+    min_frequency: int = setting(20, "with vocab_size null: how often a word or character must occur in the training "
+                                     "texts to get a token of its own", gt=0)
     base: str | None = setting(None, "null: train WordPiece from scratch; a hub id or local folder: retrain that "
                                      "tokenizer's pipeline on the training texts")
     cache_dir: str | None = setting(None, "where trained tokenizers are cached; null: $MHA_TEXTCLF_CACHE or "
@@ -246,6 +255,11 @@ NOT_TRAINING = ("resume", "overwrite", "device", "trainer.num_threads", "tokeniz
 
 def is_training_setting(key: str) -> bool:
     return not any(key == prefix or (prefix.endswith(".") and key.startswith(prefix)) for prefix in NOT_TRAINING)
+
+
+# Settings whose null adapts to the corpus: the pipeline decides the value once and writes it into config.yaml, so a
+# folder that recorded a value still holds "the same run" for a command that leaves it null.
+ADAPTIVE = ("tokenizer.vocab_size",)
 
 
 # Values the pipeline derives. They are model settings in the checkpoint (model.ModelConfig) but never on the

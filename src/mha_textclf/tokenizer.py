@@ -12,6 +12,7 @@ import shutil
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,40 @@ def get_tokenizer(texts: list[str], settings: TokenizerSettings, max_length: int
         except OSError:  # another process finished the same entry first; theirs is as good as ours
             shutil.rmtree(tmp, ignore_errors=True)
     return load_tokenizer(entry, max_length)
+
+
+# The least an automatic vocabulary holds: what bbc-news was tuned with, and room for common subwords on a small
+# corpus.
+AUTO_VOCAB_FLOOR = 1000
+
+
+def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[TokenizerSettings, str | None]:
+    """The settings with tokenizer.vocab_size decided (unchanged when set), and why, for the log and metrics.json.
+
+    null means: a token for every word that occurs min_frequency times or more in the training texts (an embedding
+    seen that often is learned; rarer words are better left to subwords), plus every character and `##` character
+    that occurs as often, with room for the characters to take no more than half the vocabulary (where each
+    character is a word, as in Chinese, they are the vocabulary), rounded up to hundreds, and at least
+    AUTO_VOCAB_FLOOR. 20 Newsgroups (8,469 training posts) gets about 8,500 tokens, bbc-news' 918 articles 2,400,
+    tweets 1,000 (docs/own-data.md has the measurements that chose this)."""
+    if settings.vocab_size is not None:
+        return settings, None
+    spec, _ = _pipeline(settings.base)
+    words = count_words(texts, Tokenizer.from_str(json.dumps(spec)))
+    prefix = spec["model"]["continuing_subword_prefix"]
+    characters: Counter[str] = Counter()
+    for word, n in words.items():
+        characters[word[0]] += n
+        for c in word[1:]:
+            characters[prefix + c] += n
+    n = settings.min_frequency
+    alphabet = sum(count >= n for count in characters.values())
+    frequent = sum(count >= n and len(word) > 1 for word, count in words.items())  # one character: in the alphabet
+    specials = len(spec["added_tokens"])
+    size = max(AUTO_VOCAB_FLOOR, -(-max(specials + alphabet + frequent, 2 * alphabet) // 100) * 100)
+    why = (f"{frequent} words and {alphabet} characters (with their ## forms) occur {n} times or more in the "
+           f"{len(texts)} training texts (tokenizer.min_frequency={n}); at least {AUTO_VOCAB_FLOOR}")
+    return replace(settings, vocab_size=size), why
 
 
 def cache_key(texts: list[str], vocab_size: int, base: str | None) -> str:
