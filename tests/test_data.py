@@ -182,8 +182,6 @@ def test_a_hub_dataset_takes_the_same_path_after_loading(monkeypatch):
      "The test split of .* has label\\(s\\) \\['2', '3'\\] that the train split never has"),
     ({"train": [r | {"label": 0.5 + i % 2} for i, r in enumerate(rows(8))]}, {}, "neither integer ids nor strings"),
     ({"train": [r | {"label": 0} for r in rows(20)]}, {}, "single class"),
-    ({"train": [r | {"label": int(i == 0)} for i, r in enumerate(rows(20))], "test": rows(4)}, {},
-     "Cannot carve a stratified validation split"),
     ({"train": rows(10)}, {"test_fraction": 0.1}, "Cannot carve a stratified test split .* data.test_fraction"),
     ({"train": [], "test": rows(4)}, {}, "is empty"),
 ])
@@ -373,3 +371,17 @@ def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
                                                          "label": values}) for split, values in ids.items()}
             patch.setattr(data, "_load", lambda path, name_: dict(loaded))
             assert load("some/labels") == corpus
+
+
+def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carved_stratified(tmp_path):
+    """R52 has topics with one training story: the carve cannot put them on both sides, so they stay in train."""
+    records = [{"text": f"text {i}", "label": "alone" if i == 7 else ("a", "b")[i % 2]} for i in range(41)]
+    write_jsonl(tmp_path, {"train": records, "test": [{"text": "t", "label": "a"}, {"text": "u", "label": "b"}]})
+    corpus = load_corpus(DataSettings(path=str(tmp_path)), seed=3)
+    assert "text 7" in corpus.train.texts and "text 7" not in corpus.val.texts
+    # The others are carved exactly as scikit-learn carves them without the lone text.
+    others = [r for r in records if r["label"] != "alone"]
+    keep, carved = train_test_split(np.arange(len(others)), test_size=0.25, random_state=3,
+                                    stratify=[r["label"] for r in others])
+    assert corpus.val.texts == [others[i]["text"] for i in carved]
+    assert sorted(corpus.train.texts) == sorted([others[i]["text"] for i in keep] + ["text 7"])

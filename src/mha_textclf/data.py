@@ -115,14 +115,22 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
 
 def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, class_names: list[str],
            path: str) -> tuple[Split, Split]:
+    labels, texts = np.asarray(split.labels), np.arange(len(split))
+    # A class with a single text cannot be on both sides: it stays in train (R52 has such topics), and the rest is
+    # carved stratified as always (the same texts as before where no class is alone).
+    alone = np.bincount(labels, minlength=len(class_names))[labels] == 1
     try:
-        keep, carved = train_test_split(np.arange(len(split)), test_size=fraction, random_state=seed,
-                                        stratify=split.labels)
+        keep, carved = train_test_split(texts[~alone], test_size=fraction, random_state=seed,
+                                        stratify=labels[~alone])
     except ValueError as e:  # too few texts of a class, or fewer carved texts than classes
         counts = dict(zip(class_names, np.bincount(split.labels, minlength=len(class_names)).tolist(), strict=True))
         raise UserError(f"Cannot carve a stratified {what} split ({fraction:g} of {len(split)} training texts) from "
-                        f"{path!r} with class counts {counts}: every class needs at least two texts and the split "
+                        f"{path!r} with class counts {counts}: the split needs "
                         f"at least one per class. Change {setting} or add data.") from e
+    if alone.any():
+        log.info(f"{what} split: {int(alone.sum())} classes have a single training text, which stays in train: "
+                 f"{', '.join(class_names[label] for label in labels[alone])}")
+        keep = np.concatenate([keep, texts[alone]])
     return _take(split, keep), _take(split, carved)
 
 
