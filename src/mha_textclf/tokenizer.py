@@ -1,4 +1,5 @@
-"""Learn, cache and load the WordPiece tokenizer (BERT-uncased style, 1000 tokens by default), deterministically."""
+"""Learn, cache and load the WordPiece tokenizer (BERT-uncased style; its size grows with the corpus unless set, 1000
+tokens on bbc-news), deterministically."""
 
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ def get_tokenizer(texts: list[str], settings: TokenizerSettings, max_length: int
 # The least an automatic vocabulary holds: what bbc-news was tuned with, and room for common subwords on a small
 # corpus.
 AUTO_VOCAB_FLOOR = 1000
+AUTO_CHARACTER_COVERAGE = 0.995
 
 
 def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[TokenizerSettings, str | None]:
@@ -82,10 +84,10 @@ def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[T
 
     null means: a token for every word that occurs min_frequency times or more in the training texts (an embedding
     seen that often is learned; rarer words are better left to subwords), plus every character and `##` character
-    that occurs as often, with room for the characters to take no more than half the vocabulary (where each
-    character is a word, as in Chinese, they are the vocabulary), rounded up to hundreds, and at least
-    AUTO_VOCAB_FLOOR. 20 Newsgroups (8,469 training posts) gets about 8,500 tokens, bbc-news' 918 articles 2,400,
-    tweets 1,000 (docs/own-data.md has the measurements that chose this)."""
+    that occurs as often (and at least the most frequent characters that make up 99.5% of all of theirs), with room
+    for the characters to take no more than half the vocabulary (where each character is a word, as in Chinese, they
+    are the vocabulary), rounded up to hundreds, and at least AUTO_VOCAB_FLOOR. 20 Newsgroups (8,469 training
+    posts) gets 8,500 tokens, the Chinese reviews 5,100, tweets 1,000 (docs/own-data.md has the measurements)."""
     if settings.vocab_size is not None:
         return settings, None
     spec, _ = _pipeline(settings.base)
@@ -97,12 +99,18 @@ def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[T
         for c in word[1:]:
             characters[prefix + c] += n
     n = settings.min_frequency
-    alphabet = sum(count >= n for count in characters.values())
+    # Characters: those seen n times, and at least the most frequent that cover AUTO_CHARACTER_COVERAGE of the
+    # characters' occurrences, so that [UNK] stays well under the 1% at which a run warns (a Chinese corpus has
+    # thousands of characters seen fewer than 20 times).
+    counts = sorted(characters.values(), reverse=True)
+    covering = int(np.searchsorted(np.cumsum(counts), AUTO_CHARACTER_COVERAGE * sum(counts))) + 1
+    alphabet = max(sum(count >= n for count in counts), min(covering, len(counts)))
     frequent = sum(count >= n and len(word) > 1 for word, count in words.items())  # one character: in the alphabet
     specials = len(spec["added_tokens"])
     size = max(AUTO_VOCAB_FLOOR, -(-max(specials + alphabet + frequent, 2 * alphabet) // 100) * 100)
-    why = (f"{frequent} words and {alphabet} characters (with their ## forms) occur {n} times or more in the "
-           f"{len(texts)} training texts (tokenizer.min_frequency={n}); at least {AUTO_VOCAB_FLOOR}")
+    why = (f"{frequent} words occur {n} times or more in the {len(texts)} training texts (tokenizer.min_frequency="
+           f"{n}), and {alphabet} characters (with their ## forms) as often or among those that make up "
+           f"{AUTO_CHARACTER_COVERAGE:.1%} of all; at least {AUTO_VOCAB_FLOOR}")
     return replace(settings, vocab_size=size), why
 
 
