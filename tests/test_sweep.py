@@ -76,7 +76,7 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
 
 
 def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, pe=False, dataset="bbc-news",
-             test_accuracy=None, n_samples=10, epoch_times=None, losses=None, stages=None, **settings):
+             test_accuracy=None, n_samples=10, epoch_times=None, losses=None, stages=None, adapted=None, **settings):
     """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv.
 
     `epoch_times` (seconds per epoch) and `losses` ((train, val) per epoch) default to two epochs of
@@ -91,7 +91,8 @@ def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0,
                class_names=["a", "b"], params=10,
                train_seconds=sum(epoch_times), eval_seconds=0.1, epochs=len(epoch_times), best_epoch=2,
                stopped_early=False, interrupted_by=None, tokens_per_second=1000 / (sum(epoch_times) or 1),
-               vocab_size=100, device="cpu", threads=1, stages=stages or {}).write(folder / "metrics.json")
+               vocab_size=100, device="cpu", threads=1, stages=stages or {},
+               adapted=adapted or {}).write(folder / "metrics.json")
     config = {"model": {"attention": model, "dropout": 0.0}, "seed": seed, "pe": False,
               "tokenizer": {"base": None, "cache_dir": f"/cache/of/{folder.name}"},
               "data": {"path": f"/data/{dataset}"}}
@@ -158,6 +159,16 @@ def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
     groups = groups_table(runs).set_index("model.dropout")
     assert groups.loc["0.1", "runs"] == groups.loc["0.3", "runs"] == 2
     assert groups.loc["0.3", "val_accuracy_mean"] == pytest.approx(0.75)
+
+
+def test_seeds_whose_vocabulary_size_adapted_to_their_split_are_one_group(tmp_path):
+    """tokenizer.vocab_size=null decides a size per training split, so seeds of one command may differ: they are one
+    group; sizes that were asked for are not."""
+    for i, (size, asked) in enumerate([(8500, False), (8600, False), (8500, False), (4000, True), (8000, True)]):
+        fake_run(tmp_path / f"{i}_run", seed=i, tokenizer__vocab_size=size,
+                 adapted=None if asked else {"tokenizer.vocab_size": f"{size}: why"})
+    groups = groups_table(runs_table(tmp_path)).set_index("tokenizer.vocab_size")
+    assert groups["runs"].to_dict() == {"None": 3, "4000": 1, "8000": 1}
 
 
 def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
