@@ -277,6 +277,12 @@ def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_f
         characters = "".join(chr(0x4E00 + i) for i in range(160))  # each a word, each an alphabet entry
         # 160 characters: twice that, so that they may take their half of the vocabulary (5 + 160 alone fits 200).
         assert tok.resolve_vocab_size([characters] * 20, settings)[0].vocab_size == 400
+        # Seen 3 times each, none is frequent, but the alphabet still holds those that make up 99.5% of them: all.
+        assert tok.resolve_vocab_size([characters] * 3, settings)[0].vocab_size == 400
+        # One character far more frequent than the other 159: it alone is 99.5% of them.
+        skewed = [characters[0] * 200_000, characters[1:]]
+        assert tok.resolve_vocab_size(skewed, settings)[0].vocab_size == 100  # 5 + 1 -> hundreds
     resolved, why = tok.resolve_vocab_size(texts, settings)
-    assert resolved.vocab_size == tok.AUTO_VOCAB_FLOOR == 1000 and f"180 words and {alphabet} characters" in why
+    assert resolved.vocab_size == tok.AUTO_VOCAB_FLOOR == 1000
+    assert "180 words occur 20 times" in why and f"and {alphabet} characters" in why
     assert tok.resolve_vocab_size(texts, TokenizerSettings(vocab_size=700)) == (TokenizerSettings(vocab_size=700), None)
