@@ -145,7 +145,8 @@ def learn_in_a_fresh_process(root, texts, minilm, barrier):
     files = []
     for base, vocab_size in ((None, 1000), (minilm, 1000), (None, 60)):
         private = Path(root) / f"private-{os.getpid()}-{'minilm' if base else 'scratch'}-{vocab_size}"
-        tokenizer = get_tokenizer(texts, TokenizerSettings(vocab_size, base, str(private)), max_length=512)
+        settings = TokenizerSettings(vocab_size=vocab_size, base=base, cache_dir=str(private))
+        tokenizer = get_tokenizer(texts, settings, max_length=512)
         assert bool(missing_alphabet(tokenizer, texts)) == (vocab_size == 60)  # (60: the alphabet does not fit)
         (entry,) = private.iterdir()
         files.append((entry / "tokenizer.json").read_bytes())
