@@ -7,11 +7,13 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import REPO, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline
 from mha_textclf.data import load_corpus
 from mha_textclf.reports import RunMetrics
+from mha_textclf.tokenizer import resolve_vocab_size
 
 
 def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_read_the_whole_text(tmp_path):
@@ -31,6 +33,18 @@ def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_rea
         accuracy[features, max_length] = (metrics.val.accuracy, metrics.test.accuracy)
     assert accuracy == {("wordpiece", 16): (0.5, 0.5), ("wordpiece", 64): (1.0, 1.0), ("words", 16): (1.0, 1.0),
                         ("chars", 16): (1.0, 1.0)}
+
+
+def test_a_null_vocabulary_size_is_decided_as_training_decides_it_and_recorded(tmp_path):
+    data = write_jsonl(tmp_path / "data", {"train": [{"text": f"word{i % 7} text", "label": i % 2} for i in range(40)],
+                                           "test": [{"text": "word1 text", "label": 1}, {"text": "x", "label": 0}]})
+    settings = settings_for(f"data.path={data}", "tokenizer.vocab_size=null", f"tokenizer.cache_dir={tmp_path}",
+                            app="baseline")
+    metrics = run_baseline(settings, tmp_path / "run")
+    decided, why = resolve_vocab_size(load_corpus(settings.data, settings.seed).train.texts, settings.tokenizer)
+    assert metrics.adapted == {"tokenizer.vocab_size": f"{decided.vocab_size}: {why}"}
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["tokenizer"]["vocab_size"] \
+        == decided.vocab_size == 1000
 
 
 def test_char_features_find_the_class_inside_text_without_spaces_where_word_features_cannot(tmp_path):

@@ -2,6 +2,7 @@
 folder that continues to the uninterrupted result, every epoch once."""
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -301,7 +302,8 @@ def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_comma
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     decided = config["tokenizer"]["vocab_size"]
     # The rule's own answer on this run's training texts, recorded with its reason wherever the run is described.
-    expected, why = resolve_vocab_size(run_split(run_dir, "train").texts, settings_for(*command).tokenizer)
+    fresh = dataclasses.replace(settings_for(*command).tokenizer, cache_dir=str(tmp_path / "fresh"))  # counted anew
+    expected, why = resolve_vocab_size(run_split(run_dir, "train").texts, fresh)
     assert decided == expected.vocab_size and metrics.adapted == {"tokenizer.vocab_size": f"{decided}: {why}"}
     assert RunMetrics.read(run_dir / "metrics.json").adapted == metrics.adapted
     assert torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]["tokenizer"]["vocab_size"] \

@@ -287,3 +287,20 @@ def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_f
     assert resolved.vocab_size == tok.AUTO_VOCAB_FLOOR == 1000
     assert "180 words occur 20 times" in why and f"and {alphabet} characters" in why
     assert tok.resolve_vocab_size(texts, TokenizerSettings(vocab_size=700)) == (TokenizerSettings(vocab_size=700), None)
+
+
+def test_a_decided_vocabulary_size_is_cached_and_keyed_by_the_texts_and_the_rule(tmp_path):
+    texts = [" ".join(f"w{i}" for i in range(180))] * 20
+    settings = TokenizerSettings(vocab_size=None, cache_dir=str(tmp_path))
+    decided = tok.resolve_vocab_size(texts, settings)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tok, "count_words", lambda *a: pytest.fail("counted the words again"))
+        assert tok.resolve_vocab_size(texts, settings) == decided  # every later seed or job: no counting
+    counted = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tok, "count_words", lambda *a: counted.append(1) or Counter({"w1": 5}))
+        tok.resolve_vocab_size(texts[:19], settings)  # other texts
+        tok.resolve_vocab_size(texts, TokenizerSettings(vocab_size=None, min_frequency=5, cache_dir=str(tmp_path)))
+        patch.setattr(tok, "AUTO_VOCAB_FLOOR", 100)  # another rule
+        tok.resolve_vocab_size(texts, settings)
+    assert len(counted) == 3
