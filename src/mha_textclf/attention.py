@@ -23,7 +23,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils import skip_init
 
 from mha_textclf.settings import ATTENTION_VARIANTS
 
@@ -33,8 +32,8 @@ PROJECTIONS = ("q", "k", "v", "o")
 def init_projections(d_model: int, bias: bool) -> dict[str, Tensor]:
     """Draw W_q, W_k, W_v, W_o (and zero biases) with the distributions `nn.MultiheadAttention` uses.
 
-    Every variant is built with `skip_init` (no random draws of its own) and then loads these tensors, so the global
-    RNG advances by the same amount whichever variant is built, and the layers built after it match too.
+    Every variant builds its layers with `without_draws` and then loads these tensors, so the global RNG advances by the
+    same amount whichever variant is built, and the layers built after it match too.
     """
     in_proj = torch.empty(3 * d_model, d_model)
     nn.init.xavier_uniform_(in_proj)  # over the packed [W_q; W_k; W_v], as torch does
@@ -45,6 +44,15 @@ def init_projections(d_model: int, bias: bool) -> dict[str, Tensor]:
     if bias:
         params |= {f"b_{p}": torch.zeros(d_model) for p in PROJECTIONS}
     return params
+
+
+def without_draws(module_cls: type[nn.Module], *args, **kwargs) -> nn.Module:
+    """`module_cls(*args, **kwargs)` with the global RNG left as it was: its initial weights are overwritten anyway.
+
+    Not `torch.nn.utils.skip_init`: it builds on the meta device, whose first use imports torch's symbolic shapes
+    (sympy): 0.6 s for a few small matrices, in `python -m predict` too, which never needs them otherwise."""
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: layers are built on the CPU
+        return module_cls(*args, **kwargs)
 
 
 class MultiHeadAttention(nn.Module):
@@ -82,9 +90,9 @@ class AttentionHead(nn.Module):
 
     def __init__(self, d_model: int, head_dim: int, bias: bool):
         super().__init__()
-        self.q = skip_init(nn.Linear, d_model, head_dim, bias=bias)
-        self.k = skip_init(nn.Linear, d_model, head_dim, bias=bias)
-        self.v = skip_init(nn.Linear, d_model, head_dim, bias=bias)
+        self.q = without_draws(nn.Linear, d_model, head_dim, bias=bias)
+        self.k = without_draws(nn.Linear, d_model, head_dim, bias=bias)
+        self.v = without_draws(nn.Linear, d_model, head_dim, bias=bias)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None,
                 dropout: float) -> tuple[Tensor, Tensor]:
@@ -126,7 +134,7 @@ class NaiveMultiHeadAttention(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__(d_model, n_heads, bias, dropout)
         self.heads = nn.ModuleList(AttentionHead(d_model, self.head_dim, bias) for _ in range(n_heads))
-        self.out_proj = skip_init(nn.Linear, d_model, d_model, bias=bias)
+        self.out_proj = without_draws(nn.Linear, d_model, d_model, bias=bias)
         self.load_projections(init_projections(d_model, bias))
 
     def _canonical(self, get, views=False):
@@ -169,8 +177,8 @@ class EfficientMultiHeadAttention(MultiHeadAttention):
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__(d_model, n_heads, bias, dropout)
-        self.in_proj = skip_init(nn.Linear, d_model, 3 * d_model, bias=bias)  # [W_q; W_k; W_v] as torch packs it
-        self.out_proj = skip_init(nn.Linear, d_model, d_model, bias=bias)
+        self.in_proj = without_draws(nn.Linear, d_model, 3 * d_model, bias=bias)  # [W_q; W_k; W_v] as torch packs it
+        self.out_proj = without_draws(nn.Linear, d_model, d_model, bias=bias)
         self.load_projections(init_projections(d_model, bias))
 
     def _canonical(self, get, views=False):
@@ -236,7 +244,7 @@ class TorchMultiHeadAttention(MultiHeadAttention):
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__(d_model, n_heads, bias, dropout)
-        self.mha = skip_init(nn.MultiheadAttention, d_model, n_heads, dropout=dropout, bias=bias, batch_first=True)
+        self.mha = without_draws(nn.MultiheadAttention, d_model, n_heads, dropout=dropout, bias=bias, batch_first=True)
         self.load_projections(init_projections(d_model, bias))
 
     def _canonical(self, get, views=False):
