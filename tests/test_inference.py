@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import run_cli, run_train, settings_for, train_in_process
+from conftest import logits_one_by_one, run_cli, run_train, settings_for, train_in_process
 from mha_textclf.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from mha_textclf.errors import UserError
-from mha_textclf.inference import attention_map, load_run, order_probe, predict, predict_proba
-from mha_textclf.tokenizer import encode
+from mha_textclf.inference import attention_map, load_run, predict, predict_proba
+from mha_textclf.tokenizer import encode, train_tokenizer
 
 PROBES = ["how are you", "you how are"]
 
@@ -79,7 +79,12 @@ def test_word_order_changes_probabilities_only_with_pe(runs):
     assert with_pe["max_abs_difference"] > 1e-5
     for pe, probe in ((False, without), (True, with_pe)):
         run = load_run(runs[pe])
-        assert order_probe(run.model, run.tokenizer, run.class_names, PROBES) == probe  # recomputed from model.pt
+        # The reference: the model's own forward pass on each text alone, and the largest gap over the classes.
+        expected = logits_one_by_one(run.model, run.tokenizer, PROBES).softmax(-1).numpy()
+        for text, row in zip(PROBES, expected, strict=True):
+            assert probe["probabilities"][text] == pytest.approx(dict(zip(run.class_names, row, strict=True)),
+                                                                 abs=1e-6)
+        assert probe["max_abs_difference"] == pytest.approx(np.abs(expected[0] - expected[1]).max(), abs=1e-6)
 
 
 def test_heatmaps_have_one_panel_per_head_plus_the_mean(smoke_run):
@@ -150,6 +155,11 @@ def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
     run.model.config.vocab_size -= 1
     save_checkpoint(bad / "model.pt", run.model, run.class_names)
     with pytest.raises(UserError, match="No tokenizer"):
+        load_run(bad)
+    # A tokenizer of another size: from another run, its ids would mean other tokens to this model.
+    train_tokenizer(["the striker scored twice", "the minister said"], vocab_size=60).save_pretrained(bad / "tokenizer")
+    with pytest.raises(UserError, match=r"has \d+ tokens but .*model\.pt was trained with \d+; the two files come "
+                                        r"from different runs"):
         load_run(bad)
     with pytest.raises(UserError, match="empty"):
         predict_proba(run.model, run.tokenizer, ["fine", "  "])
