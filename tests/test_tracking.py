@@ -11,11 +11,13 @@ from mha_textclf import pipeline
 from mha_textclf.errors import UserError
 from mha_textclf.reports import RunMetrics
 from mha_textclf.tracking import Trackers
+from mha_textclf.training import lr_factor
 
 optional("mlflow", "tracking")
 optional("tensorboard", "tracking")
 
 SMOKE = ["experiment=smoke", "trainer.epochs=3", "probes.attention=[]"]
+ONE_EPOCH = ["experiment=smoke", "trainer.epochs=1", "probes.attention=[]", "probes.order=[]"]
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +41,19 @@ def test_tensorboard_holds_every_step_and_epoch(tracked):
     assert [e.step for e in scalars["val/loss"]] == history["epoch"].tolist()
     assert [e.value for e in scalars["val/loss"]] == pytest.approx(history["val_loss"].tolist(), rel=1e-6)
     assert [e.value for e in scalars["val/accuracy"]] == pytest.approx(history["val_accuracy"].tolist(), rel=1e-6)
-    assert [e.value for e in scalars["time/train_seconds"]] == pytest.approx(history["train_seconds"].tolist())
+    for column in ("train_seconds", "eval_seconds"):
+        assert [e.value for e in scalars[f"time/{column}"]] == pytest.approx(history[column].tolist())
     steps = [e.step for e in scalars["train/loss"]]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) == 3 * 3  # 3 epochs of 48 texts in batches of 16
-    assert len(scalars["train/lr"]) == len(steps)
+    # Each step's loss: an epoch's three (equal batches of 16) average to its train_loss in history.csv.
+    losses = [e.value for e in scalars["train/loss"]]
+    assert [sum(losses[i : i + 3]) / 3 for i in (0, 3, 6)] == pytest.approx(history["train_loss"].tolist(), rel=1e-5)
+    # Each step's learning rate, the one it stepped with: warm-up over the first epoch, then cosine decay.
+    trainer = settings_for(*SMOKE).trainer
+    assert [e.step for e in scalars["train/lr"]] == steps
+    assert [e.value for e in scalars["train/lr"]] == pytest.approx(
+        [trainer.lr * lr_factor(step - 1, 9, 3, trainer.schedule) for step in steps], rel=1e-6)
+    assert scalars["train/lr"][0].value == pytest.approx(trainer.lr / 3)  # (the reference is not the peak rate)
     assert scalars["final/test_accuracy"][0].value == pytest.approx(metrics.test.accuracy)
 
 
@@ -54,6 +65,7 @@ def test_mlflow_holds_params_tags_metrics_and_artifacts(tracked):
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("mha-textclf").experiment_id])
     assert run.info.run_name == "run" and run.info.status == "FINISHED"
+    assert run.data.tags["sweep"] == "sweep 2026-11-22_10-00-00"  # still tagged with its sweep
     assert {k: run.data.tags[k] for k in ("model", "pe", "seed", "dataset")} == {
         "model": "efficient", "pe": "False", "seed": "0", "dataset": "bbc-news"}
     assert run.data.params["trainer.epochs"] == "3" and run.data.params["data.max_train_samples"] == "48"
@@ -69,17 +81,22 @@ def test_mlflow_holds_params_tags_metrics_and_artifacts(tracked):
 
 
 @pytest.mark.slow
-def test_the_runs_of_one_sweep_share_one_experiment(data_dir, tmp_path):
+def test_the_store_from_the_environment_and_an_experiment_named_in_the_settings(data_dir, tmp_path, monkeypatch):
+    """MLFLOW_TRACKING_URI points at the store; logger.mlflow.experiment wins over the sweep's name. (The jobs of a
+    sweep in one experiment named after it, in the default store: test_train.py's multirun.)"""
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    for seed in (0, 1):
-        train_in_process(tmp_path / f"job-{seed}", *SMOKE, "trainer.epochs=1", f"seed={seed}", "logger=mlflow",
-                         f"logger.mlflow.tracking_uri={uri}", data_dir=data_dir, sweep="sweep 2026-11-22_10-00-00")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # (where the default store would land)
+    train_in_process(tmp_path / "run", *ONE_EPOCH, "logger=mlflow", "logger.mlflow.experiment=mine", data_dir=data_dir,
+                     sweep="sweep 2026-11-22_10-00-00")
+    assert not (tmp_path / "outputs").exists()
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("sweep 2026-11-22_10-00-00").experiment_id])
-    assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
-    assert {r.data.tags["sweep"] for r in runs} == {"sweep 2026-11-22_10-00-00"}
+    assert [e.name for e in client.search_experiments() if e.name != "Default"] == ["mine"]
+    (run,) = client.search_runs([client.get_experiment_by_name("mine").experiment_id])
+    assert run.info.run_name == "run" and run.info.status == "FINISHED"
+    assert run.data.tags["sweep"] == "sweep 2026-11-22_10-00-00"  # still tagged with its sweep
 
 
 def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
