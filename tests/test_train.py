@@ -21,7 +21,7 @@ import yaml
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 from sklearn.utils.class_weight import compute_class_weight
 
-from conftest import REPO, logits_one_by_one, run_cli, run_split, settings_for, train_in_process, write_jsonl
+from conftest import REPO, logits_one_by_one, optional, run_cli, run_split, settings_for, train_in_process, write_jsonl
 from mha_textclf import pipeline as train_module
 from mha_textclf import training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
@@ -228,20 +228,31 @@ def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path, m
 
 
 @pytest.mark.slow
-def test_multirun_variants_agree(data_dir, tmp_path):
+def test_multirun_variants_agree(data_dir, tmp_path, monkeypatch):
     """Same seed, three variants, with and without PE: the same training trajectory (one function). Run from a
-    folder of its own: the sweep lands in its outputs/multirun/<date>_<time with µs>/, and nothing else there."""
+    folder of its own: the sweep lands in its outputs/multirun/<date>_<time with µs>/, and nothing else there but
+    MLflow's default store, where the jobs share one experiment named after the sweep (docs/tracking.md)."""
+    mlflow = optional("mlflow", "tracking")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the default store
     # One thread per job: the models are tiny, and the variants must agree whatever the threads.
     result = run_cli("train", "-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, "trainer.num_threads=1",
-                     data_dir=data_dir, cwd=tmp_path)
+                     "logger=mlflow", data_dir=data_dir, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert os.listdir(tmp_path) == ["outputs"] and os.listdir(tmp_path / "outputs") == ["multirun"]
+    assert os.listdir(tmp_path) == ["outputs"]
+    assert sorted(os.listdir(tmp_path / "outputs")) == ["mlartifacts", "mlflow.db", "multirun"]
     (sweep,) = (tmp_path / "outputs" / "multirun").iterdir()
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}", sweep.name)
     jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
     assert sorted(int(name.split("_")[0]) for name in jobs) == list(range(6))  # one folder per job, numbered
-    assert "0_experiment-smoke_model-naive_pe-False_trainer.num_threads-1" in jobs
+    assert "0_experiment-smoke_logger-mlflow_model-naive_pe-False_trainer.num_threads-1" in jobs
     assert not any("=" in name or "," in name for name in jobs)  # passed back unquoted as run_dir= or resume=
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    assert experiment.name == f"sweep {sweep.name}"
+    tracked = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name for r in tracked) == sorted(jobs)
+    assert {(r.data.tags["model"], r.data.tags["pe"]) for r in tracked} == {
+        (m, pe) for m in ("naive", "efficient", "torch") for pe in ("False", "True")}
 
     def job(model: str, pe: str) -> Path:
         (name,) = [n for n in jobs if f"_model-{model}_pe-{pe}_" in n]
