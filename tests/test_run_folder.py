@@ -184,6 +184,23 @@ def test_without_a_handler_for_it_sigusr2_is_not_caught():
         assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_goes_to_the_handler_from_before_the_run(signum):
+    """Ctrl-C twice aborts at once: the first signal is only noted (the run stops after its step and reports), the
+    second reaches the handler that was there before the run (Python's raises KeyboardInterrupt; SIGTERM's default
+    ends the process). A recording handler stands in for it here."""
+    reached = []
+    previous = signal.signal(signum, lambda number, frame: reached.append(number))
+    try:
+        with training.StopOnSignal() as stop:
+            os.kill(os.getpid(), signum)
+            assert stop.signal == signal.Signals(signum).name and reached == []
+            os.kill(os.getpid(), signum)
+            assert reached == [signum]
+    finally:
+        signal.signal(signum, previous)
+
+
 @pytest.mark.slow
 def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
     run_dir = tmp_path / "run"
