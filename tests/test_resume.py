@@ -1,7 +1,9 @@
 """No lost work: per-epoch history and last.pt, clean stop on SIGINT/SIGTERM, and exact resume."""
 
 import csv
+import logging
 import os
+import re
 import shlex
 import signal
 
@@ -69,11 +71,15 @@ def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path, mon
 
 
 @pytest.mark.slow
-def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monkeypatch):
+def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monkeypatch, caplog):
     part = tmp_path / "part"
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="train"):
         interrupt_after_epoch(1, patch)
         train_in_process(part, *COMMON, data_dir=data_dir)
+    # The interrupted run prints the exact command that resumes it into a new folder: every setting it was given.
+    (printed,) = re.findall(r"into a new folder: (python -m train .*)$", caplog.text, re.MULTILINE)
+    assert printed == f"python -m train {shlex.join(COMMON)} resume={part}"
+    assert f"continue with the same command (it continues in {part})" in caplog.text
     with pytest.raises(UserError, match="pe=true then, false now") as info:
         train_in_process(tmp_path / "again", *COMMON[:-1], f"resume={part}", data_dir=data_dir)
     assert f"python -m train {shlex.join(COMMON)} resume={part}" in str(info.value)
