@@ -8,8 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from hydra.core.hydra_config import HydraConfig
 
-from conftest import compose_config, run_cli, write_jsonl
+from conftest import compose_config, fingerprint, run_cli, write_jsonl
+from mha_textclf import cli
+from mha_textclf.errors import RunFolderError, UserError
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
 
@@ -121,3 +124,40 @@ def test_a_mistake_is_answered_before_torch_is_imported(module):
     assert result.returncode == 2 and "modle is not a setting" in result.stderr
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "hydra" in imported and not imported & {"torch", "transformers", "sklearn", "pandas", "matplotlib"}
+
+
+def test_a_refused_start_leaves_the_folder_as_it_was_and_a_later_failure_is_recorded_there(tmp_path):
+    """cli.run_job, as `python -m train` runs a job in Hydra's run folder: a folder refused (it holds another run,
+    or another process holds it), or one left unclaimed by an error, gets neither error.txt nor this command's
+    .hydra/; an error once the folder is the run's own is written there. Exit code 2 either way."""
+    run_dir = tmp_path / "run"
+    cfg = compose_config([f"hydra.run.dir={run_dir}"], hydra_config=True)
+    cfg.hydra.runtime.output_dir = str(run_dir)  # (what Hydra sets when the job starts)
+    previous = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("pe: true\n")  # another run's
+    before = fingerprint(run_dir)
+
+    def refused(run_dir, record):
+        raise RunFolderError(f"{run_dir} holds a run with other training settings")
+
+    def unclaimed(run_dir, record):  # e.g. its last.pt cannot be read
+        raise UserError("Cannot continue the run")
+
+    def fails_later(run_dir, record):
+        record()
+        raise UserError("the data has a single class")
+
+    try:
+        for job in (refused, unclaimed):
+            with pytest.raises(SystemExit) as exit:
+                cli.run_job(job, cfg)
+            assert exit.value.code == 2 and fingerprint(run_dir) == before, job.__name__
+        with pytest.raises(SystemExit) as exit:
+            cli.run_job(fails_later, cfg)
+        assert exit.value.code == 2
+        assert (run_dir / "error.txt").read_text() == "the data has a single class\n"
+        assert (run_dir / ".hydra" / "config.yaml").is_file()
+    finally:
+        HydraConfig.instance().cfg = previous
