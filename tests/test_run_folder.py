@@ -56,7 +56,14 @@ def test_the_same_command_on_a_finished_folder_trains_nothing(data_dir, tmp_path
     first = train_in_process(run_dir, *COMMON, data_dir=data_dir)
     before = fingerprint(run_dir)
     monkeypatch.setattr(training, "_train_epoch", lambda *a, **k: pytest.fail("trained again"))
-    again = train_in_process(run_dir, *COMMON, "probes.order=[]", data_dir=data_dir)  # what is reported may differ
+    # Not the training: where the data is now, the device, threads, the tokenizer cache and what is reported.
+    moved = tmp_path / "moved"
+    moved.symlink_to(data_dir)
+    elsewhere = [o for o in COMMON if not o.startswith("trainer.num_threads")] + [
+        "trainer.num_threads=2", "device=cpu", f"tokenizer.cache_dir={tmp_path / 'cache'}", "probes.order=[]",
+        "time_to_accuracy=[0.5]"]
+    assert settings_for(*COMMON).device == "auto"  # (so that device=cpu differs)
+    again = train_in_process(run_dir, *elsewhere, data_dir=moved)
     assert again == first
     assert fingerprint(run_dir) == before
     assert run_folder.folder_state(run_dir) == run_folder.FINISHED
@@ -69,6 +76,10 @@ def test_other_settings_are_refused_before_anything_changes_and_overwrite_starts
     before = fingerprint(run_dir)
     with pytest.raises(RunFolderError, match=r"pe=true there, false now.*overwrite=true"):
         train_in_process(run_dir, *COMMON[:-1], "pe=false", data_dir=data_dir)
+    # More epochs under a decaying schedule are another run: its learning rate was laid out over the first three.
+    assert settings_for(*COMMON).trainer.schedule == "cosine"
+    with pytest.raises(RunFolderError, match=r"trainer\.epochs=3 there, 4 now"):
+        train_in_process(run_dir, *COMMON, "trainer.epochs=4", data_dir=data_dir)
     assert fingerprint(run_dir) == before
     (run_dir / "stale.txt").write_text("not the run's")
     metrics = train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
@@ -286,8 +297,10 @@ def test_fewer_epochs_than_already_trained_are_refused(data_dir, tmp_path):
     run_dir = tmp_path / "run"
     constant = [*COMMON, "trainer.schedule=constant", "trainer.warmup_epochs=0"]
     train_in_process(run_dir, *constant, data_dir=data_dir)
-    with pytest.raises(RunFolderError, match=r"trainer.epochs=2, but the run to continue has already trained 3"):
-        train_in_process(run_dir, *constant, "trainer.epochs=2", data_dir=data_dir)
+    for into in (run_dir, tmp_path / "resumed"):  # in place, and with resume= into a new folder
+        resume = [f"resume={run_dir}"] if into != run_dir else []
+        with pytest.raises(RunFolderError, match=r"trainer.epochs=2, but the run to continue has already trained 3"):
+            train_in_process(into, *constant, "trainer.epochs=2", *resume, data_dir=data_dir)
     longer = train_in_process(run_dir, *constant, "trainer.epochs=4", data_dir=data_dir)  # a constant lr: longer
     assert longer.epochs == 4 and [int(r["epoch"]) for r in rows(run_dir)] == [1, 2, 3, 4]
 
@@ -301,6 +314,10 @@ def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path
         patch.setattr(training, "_train_epoch", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
         with pytest.raises(KeyboardInterrupt):
             train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
+    assert run_folder.read_status(resumed)["state"] == run_folder.INTERRUPTED  # (as a second Ctrl-C: no failure)
+    # The new folder's best.pt is the best epoch so far, as soon as the run starts there.
+    best, best_before = (torch.load(folder / "best.pt", weights_only=True)["state_dict"] for folder in (resumed, part))
+    assert best.keys() == best_before.keys() and all(torch.equal(best[k], best_before[k]) for k in best)
 
     def not_epoch_1(*args):
         assert args[6] != 1, "started from scratch instead of resuming"
