@@ -23,7 +23,7 @@ from sklearn.utils.class_weight import compute_class_weight
 
 from conftest import REPO, logits_one_by_one, optional, run_cli, run_split, settings_for, train_in_process, write_jsonl
 from mha_textclf import pipeline as train_module
-from mha_textclf import training
+from mha_textclf import run_folder, training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
 from mha_textclf.inference import load_run, predict
@@ -339,6 +339,8 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
         train_in_process(tmp_path, *SMOKE, "trainer.epochs=3", "probes.attention=[]", data_dir=data_dir)
     (row,) = history(tmp_path)
     assert row["epoch"] == 1
+    status = run_folder.read_status(tmp_path)  # a failure, not an interruption, and why
+    assert status["state"] == run_folder.FAILED and "became nan at epoch 2" in status["message"]
     state = load_training_state(tmp_path / "last.pt")
     assert state["epoch"] == 1 and [r["epoch"] for r in state["history"]] == [1]
     assert state["history"][0]["val_loss"] == pytest.approx(row["val_loss"], rel=1e-12)
