@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,6 +155,11 @@ def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, un
     assert "continuing the run in" in done.stdout
     assert_same_as_uninterrupted(run_dir, RunMetrics.read(run_dir / "metrics.json"), uninterrupted)
     assert "pe=true" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    # train.log, Hydra's log of both starts: one line per finished epoch, each epoch once, with its numbers.
+    logged = re.findall(r"epoch (\d+)/3: train_loss \S+  val_loss (\S+)  val_accuracy (\S+)",
+                        (run_dir / "train.log").read_text())
+    assert [(int(e), float(loss), float(accuracy)) for e, loss, accuracy in logged] == [
+        (int(r["epoch"]), round(float(r["val_loss"]), 4), round(float(r["val_accuracy"]), 4)) for r in rows(run_dir)]
 
 
 @pytest.mark.slow
