@@ -116,14 +116,15 @@ def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tm
     assert not (tmp_path / "study").exists()
 
 
-def fake_trainer(losses_of, calls=None):
+def fake_trainer(losses_of, calls=None, seconds=0.0):
     """A stand-in for training: epochs whose validation loss `losses_of(overrides)` gives, reported as train would,
-    stopping when asked; returns the metrics a run would."""
+    stopping when asked, in `seconds` a trial; returns the metrics a run would."""
     from mha_textclf.reports import RunMetrics, SplitMetrics
 
     def train_trial(overrides, run_dir, on_epoch_end):
         if calls is not None:
             calls.append(overrides)
+        time.sleep(seconds)
         losses = losses_of(overrides)
         epochs = 0
         for epochs, loss in enumerate(losses, start=1):
@@ -172,10 +173,16 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
 
     calls = []
     settings = study_settings(tmp_path, n_trials=3, pruning=False)
-    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls, seconds=0.1))
+    time.sleep(0.5)  # a pause between the two sessions
     settings.n_trials = 6
-    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
+    study = run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls, seconds=0.1))
     assert len(calls) == 6 and len({tuple(c) for c in calls}) == 6  # no trial drawn twice
+    # best.json: the study's time from its first trial's start to its last one's end, the pause included.
+    best = json.loads((tmp_path / "study" / "best.json").read_text())
+    span = max(t.datetime_complete for t in study.trials) - min(t.datetime_start for t in study.trials)
+    assert best["study_seconds"] == round(span.total_seconds(), 1) >= 1.1
+    assert best["trials"] == {"complete": 6} and best["best_trial"] == study.best_trial.number
     settings.params = {"trainer.lr": "interval(0.1, 0.2)"}
     with pytest.raises(UserError, match="was started with another space"):
         run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
