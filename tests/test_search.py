@@ -210,23 +210,31 @@ def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
-def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_by_the_next_worker(tmp_path):
+def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the_next_worker(tmp_path):
     from mha_textclf.workers import HEARTBEAT, fail_stale_trials, open_storage
 
     journal = str(tmp_path / "journal.log")
     study = optuna.create_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1))
-    alive, dead = study.ask(), study.ask()
-    for trial in (alive, dead):
+    alive, dead, late = study.ask(), study.ask(), study.ask()
+    for trial in (alive, dead, late):
         trial.suggest_float("x", 0, 1)
     study._storage.record_heartbeat(alive._trial_id)
     study._storage.set_trial_system_attr(dead._trial_id, HEARTBEAT, time.time() - 3.5)  # 3 beats of 1 s missed
+    study._storage.set_trial_system_attr(late._trial_id, HEARTBEAT, time.time() - 2.5)  # 2 missed: still alive
     # Another worker, with its own view of the journal, finds the dead trial.
     other = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1))
     fail_stale_trials(other)
     trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1)).trials
-    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "WAITING"]
-    assert trials[2].params == trials[1].params and trials[2].system_attrs["failed_trial"] == 1
-    assert HEARTBEAT not in trials[2].system_attrs  # the retry's heartbeats start when it runs
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING", "WAITING"]
+    assert trials[3].params == trials[1].params and trials[3].system_attrs["failed_trial"] == 1
+    assert HEARTBEAT not in trials[3].system_attrs  # the retry's heartbeats start when it runs
+    # A retry that kills its worker too stays failed: no third run.
+    retry = other.ask()
+    assert retry.number == 3
+    other._storage.set_trial_system_attr(retry._trial_id, HEARTBEAT, time.time() - 3.5)
+    fail_stale_trials(other)
+    trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1)).trials
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING", "FAIL"]
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
