@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
+from mha_textclf.attention import build_attention
 from mha_textclf.benchmark import Case, attention_flops, naive_memory_gb, ratios
 
 
@@ -18,6 +19,39 @@ def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
     full = [attention_flops(B, T, T, C) for T in (256, 512, 1024)]
     cls_only = [attention_flops(B, 1, T, C) for T in (256, 512, 1024)]
     assert full[2] / full[1] > 3.5 and cls_only[2] / cls_only[1] == pytest.approx(2, rel=0.01)
+
+
+@pytest.mark.parametrize(("steps", "timed", "median"), [
+    ([1.0, 1.0, 10.0, 1.0, 1.0, 1.0], 5, 1.0),  # 5 timed steps: their median, not their mean (2.8 s)
+    ([15.0, 10.0, 1.0, 1.0, 1.0], 2, 12.5),  # no more steps once 20 s of them were measured
+])
+def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkeypatch, steps, timed, median):
+    """docs/performance.md: the median over up to 5 steps (at most ~20 s of them) after a warm-up. The clock is a
+    stand-in that makes each timed step last the given seconds; the layer counts its calls."""
+    from types import SimpleNamespace
+
+    from mha_textclf import benchmark
+
+    durations, clock = iter(steps), {"now": 0.0, "running": False}
+
+    def perf_counter():  # start and end of each timed step, in turn
+        if clock["running"]:
+            clock["now"] += next(durations)
+        clock["running"] = not clock["running"]
+        return clock["now"]
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        layer = build_attention(*args, **kwargs)
+        layer.register_forward_hook(lambda *_: calls.append(1))
+        return layer
+
+    monkeypatch.setattr(benchmark, "time", SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(benchmark, "build_attention", counted)
+    row = benchmark.measure(Case("efficient", "full", T=8, B=2, d_model=8, n_heads=2))  # repeats, max_seconds: defaults
+    assert (row["repeats_done"], row["ms"]) == (timed, 1e3 * median)
+    assert len(calls) == timed + 1  # the warm-up step, untimed
 
 
 def test_ratios_put_each_time_over_the_one_the_docs_name():
