@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import REPO, settings_for, write_jsonl
-from mha_textclf.baseline import run_baseline
+from mha_textclf.baseline import run_baseline, tfidf_baseline
 from mha_textclf.data import load_corpus
 from mha_textclf.reports import RunMetrics
 from mha_textclf.tokenizer import resolve_vocab_size
@@ -71,6 +71,32 @@ def test_char_features_find_the_class_inside_text_without_spaces_where_word_feat
                                                      for _ in range(n)] for split, n in (("train", 8), ("test", 2))})
     metrics = run_baseline(settings_for(f"data.path={order}", "features=chars", app="baseline"), tmp_path / "order")
     assert (metrics.val.accuracy, metrics.test.accuracy) == (1.0, 1.0)
+
+
+def test_word_features_are_bigrams_too(tmp_path):
+    """"cat dog" and "dog cat" have the same words: only the bigram tells them apart (unigrams alone: chance)."""
+    order = write_jsonl(tmp_path / "order", {split: [{"text": text, "label": text} for text in ("cat dog", "dog cat")
+                                                     for _ in range(n)] for split, n in (("train", 8), ("test", 2))})
+    metrics = run_baseline(settings_for(f"data.path={order}", "features=words", app="baseline"), tmp_path / "words")
+    assert (metrics.val.accuracy, metrics.test.accuracy) == (1.0, 1.0)
+
+
+def test_each_seed_fits_on_the_validation_split_training_carves_with_that_seed(tmp_path):
+    """The splits a seed's attention run has (validation carved with the seed): every ninth text has the other
+    class's colour, so which texts land in validation shows in its accuracy."""
+    rows = [{"text": f"{('red', 'blue')[(i % 2) ^ (i % 9 == 0)]} note{i % 5}", "label": ("red", "blue")[i % 2]}
+            for i in range(48)]
+    data = write_jsonl(tmp_path / "data", {"train": rows, "test": rows[:8]})
+
+    def reference(seed):  # the classifier on the corpus training loads for that seed
+        settings = settings_for(f"data.path={data}", "features=words", f"seed={seed}", app="baseline")
+        corpus = load_corpus(settings.data, seed)
+        predictions = tfidf_baseline(corpus, "words", None, settings.data.max_length, seed).predictions["val"]
+        return np.mean(np.array(predictions) == np.array(corpus.val.labels))
+
+    assert reference(1) != reference(0)  # (so that a baseline on seed 0's split would show)
+    settings = settings_for(f"data.path={data}", "features=words", "seed=1", app="baseline")
+    assert run_baseline(settings, tmp_path / "run").val.accuracy == pytest.approx(reference(1))
 
 
 @pytest.mark.slow

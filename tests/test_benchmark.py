@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from mha_textclf.benchmark import attention_flops
+from mha_textclf.attention import build_attention
+from mha_textclf.benchmark import Case, attention_flops, naive_memory_gb, ratios
 
 
 def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
@@ -18,6 +19,59 @@ def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
     full = [attention_flops(B, T, T, C) for T in (256, 512, 1024)]
     cls_only = [attention_flops(B, 1, T, C) for T in (256, 512, 1024)]
     assert full[2] / full[1] > 3.5 and cls_only[2] / cls_only[1] == pytest.approx(2, rel=0.01)
+
+
+@pytest.mark.parametrize(("steps", "timed", "median"), [
+    ([1.0, 1.0, 10.0, 1.0, 1.0, 1.0], 5, 1.0),  # 5 timed steps: their median, not their mean (2.8 s)
+    ([15.0, 10.0, 1.0, 1.0, 1.0], 2, 12.5),  # no more steps once 20 s of them were measured
+])
+def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkeypatch, steps, timed, median):
+    """docs/performance.md: the median over up to 5 steps (at most ~20 s of them) after a warm-up. The clock is a
+    stand-in that makes each timed step last the given seconds; the layer counts its calls."""
+    from types import SimpleNamespace
+
+    from mha_textclf import benchmark
+
+    durations, clock = iter(steps), {"now": 0.0, "running": False}
+
+    def perf_counter():  # start and end of each timed step, in turn
+        if clock["running"]:
+            clock["now"] += next(durations)
+        clock["running"] = not clock["running"]
+        return clock["now"]
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        layer = build_attention(*args, **kwargs)
+        layer.register_forward_hook(lambda *_: calls.append(1))
+        return layer
+
+    monkeypatch.setattr(benchmark, "time", SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(benchmark, "build_attention", counted)
+    row = benchmark.measure(Case("efficient", "full", T=8, B=2, d_model=8, n_heads=2))  # repeats, max_seconds: defaults
+    assert (row["repeats_done"], row["ms"]) == (timed, 1e3 * median)
+    assert len(calls) == timed + 1  # the warm-up step, untimed
+
+
+def test_ratios_put_each_time_over_the_one_the_docs_name():
+    """ratios.csv's columns as docs/performance.md reads them: efficient / torch, naive / efficient, full / cls_only."""
+    ms = {("efficient", "full"): 2.0, ("torch", "full"): 5.0, ("naive", "full"): 8.0,
+          ("efficient", "cls_only"): 0.5, ("torch", "cls_only"): 0.8, ("naive", "cls_only"): 4.0}
+    results = pd.DataFrame([{"device": "cpu", "T": 64, "variant": v, "mode": m, "ms": t} for (v, m), t in ms.items()])
+    (row,) = ratios(results).to_dict("records")
+    assert (row.pop("device"), row.pop("T")) == ("cpu", 64)
+    assert row == pytest.approx({"efficient/torch (full)": 0.4, "efficient/torch (cls_only)": 0.625,
+                                 "naive/efficient (full)": 4.0, "full/cls_only (naive)": 2.0,
+                                 "full/cls_only (efficient)": 4.0, "full/cls_only (torch)": 6.25})
+
+
+def test_the_naive_memory_estimate_is_the_documented_13_gb_at_t_2048():
+    """Its (B, nh, T, T) scores, masked scores and weights: about 13 GB at T=2048 (B=32, 8 heads), which the default
+    8 GB budget skips (docs/performance.md), and 3.2 GB at T=1024, which it runs."""
+    assert naive_memory_gb(Case("naive", "full", 2048)) == pytest.approx(12.9, abs=0.05)  # "skipped (~13 GB)"
+    assert naive_memory_gb(Case("naive", "full", 1024)) == pytest.approx(3.2, abs=0.05)
+    assert naive_memory_gb(Case("naive", "cls_only", 2048)) == pytest.approx(12.9 / 2048, abs=1e-4)  # one query row
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,10 @@ def test_too_few_epochs_for_a_bootstrap_give_no_interval():
     ratio = speed_ratio([([2.0, 1.0], [1.0, 1.0]), ([1.5, 1.5], [1.0, 1.0])])
     assert ratio.estimate == pytest.approx(1.5) and ratio.low is None
     assert speed_verdict(ratio) == "1.50× the epoch time (no interval: 2 seeds, and 2 epochs in a run)"
+    # The documented threshold: 5 epochs in every run (docs/comparing.md); one run of 4 is too few.
+    five, four = np.full(5, 1.5), np.full(4, 1.5)
+    assert speed_ratio([(five, five / 1.5)]).low == pytest.approx(1.5)
+    assert speed_ratio([(five, five / 1.5), (four, five / 1.5)]).method == "no interval: 2 seeds, and 4 epochs in a run"
 
 
 def test_speed_verdicts():

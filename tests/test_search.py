@@ -116,14 +116,15 @@ def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tm
     assert not (tmp_path / "study").exists()
 
 
-def fake_trainer(losses_of, calls=None):
+def fake_trainer(losses_of, calls=None, seconds=0.0):
     """A stand-in for training: epochs whose validation loss `losses_of(overrides)` gives, reported as train would,
-    stopping when asked; returns the metrics a run would."""
+    stopping when asked, in `seconds` a trial; returns the metrics a run would."""
     from mha_textclf.reports import RunMetrics, SplitMetrics
 
     def train_trial(overrides, run_dir, on_epoch_end):
         if calls is not None:
             calls.append(overrides)
+        time.sleep(seconds)
         losses = losses_of(overrides)
         epochs = 0
         for epochs, loss in enumerate(losses, start=1):
@@ -172,10 +173,16 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
 
     calls = []
     settings = study_settings(tmp_path, n_trials=3, pruning=False)
-    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls, seconds=0.1))
+    time.sleep(0.5)  # a pause between the two sessions
     settings.n_trials = 6
-    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
+    study = run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls, seconds=0.1))
     assert len(calls) == 6 and len({tuple(c) for c in calls}) == 6  # no trial drawn twice
+    # best.json: the study's time from its first trial's start to its last one's end, the pause included.
+    best = json.loads((tmp_path / "study" / "best.json").read_text())
+    span = max(t.datetime_complete for t in study.trials) - min(t.datetime_start for t in study.trials)
+    assert best["study_seconds"] == round(span.total_seconds(), 1) >= 1.1
+    assert best["trials"] == {"complete": 6} and best["best_trial"] == study.best_trial.number
     settings.params = {"trainer.lr": "interval(0.1, 0.2)"}
     with pytest.raises(UserError, match="was started with another space"):
         run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
@@ -195,6 +202,16 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
     assert "FAIL" in states and states.count("COMPLETE") >= 1 and len(states) == 8
 
 
+def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
+    """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (of 20 asked for)."""
+    from mha_textclf.tuning import run_search
+
+    settings = study_settings(tmp_path, n_trials=20, pruning=False, timeout_minutes=0.02)
+    start = time.monotonic()
+    study = run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], seconds=0.2))
+    assert 1 < len(study.trials) < 20 and time.monotonic() - start < 3  # (in seconds, a single trial)
+
+
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
     from mha_textclf.tuning import run_search
 
@@ -203,23 +220,31 @@ def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
-def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_by_the_next_worker(tmp_path):
+def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the_next_worker(tmp_path):
     from mha_textclf.workers import HEARTBEAT, fail_stale_trials, open_storage
 
     journal = str(tmp_path / "journal.log")
     study = optuna.create_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1))
-    alive, dead = study.ask(), study.ask()
-    for trial in (alive, dead):
+    alive, dead, late = study.ask(), study.ask(), study.ask()
+    for trial in (alive, dead, late):
         trial.suggest_float("x", 0, 1)
     study._storage.record_heartbeat(alive._trial_id)
     study._storage.set_trial_system_attr(dead._trial_id, HEARTBEAT, time.time() - 3.5)  # 3 beats of 1 s missed
+    study._storage.set_trial_system_attr(late._trial_id, HEARTBEAT, time.time() - 2.5)  # 2 missed: still alive
     # Another worker, with its own view of the journal, finds the dead trial.
     other = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1))
     fail_stale_trials(other)
     trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1)).trials
-    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "WAITING"]
-    assert trials[2].params == trials[1].params and trials[2].system_attrs["failed_trial"] == 1
-    assert HEARTBEAT not in trials[2].system_attrs  # the retry's heartbeats start when it runs
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING", "WAITING"]
+    assert trials[3].params == trials[1].params and trials[3].system_attrs["failed_trial"] == 1
+    assert HEARTBEAT not in trials[3].system_attrs  # the retry's heartbeats start when it runs
+    # A retry that kills its worker too stays failed: no third run.
+    retry = other.ask()
+    assert retry.number == 3
+    other._storage.set_trial_system_attr(retry._trial_id, HEARTBEAT, time.time() - 3.5)
+    fail_stale_trials(other)
+    trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1)).trials
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING", "FAIL"]
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here

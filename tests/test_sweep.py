@@ -4,6 +4,7 @@ under parallel jobs: test_tokenizer.py.)"""
 import importlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -76,17 +77,20 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
 
 
 def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, pe=False, dataset="bbc-news",
-             test_accuracy=None, n_samples=10, epoch_times=None, losses=None, stages=None, adapted=None, **settings):
+             test_accuracy=None, n_samples=10, epoch_times=None, losses=None, stages=None, adapted=None,
+             val_samples=None, **settings):
     """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv.
 
     `epoch_times` (seconds per epoch) and `losses` ((train, val) per epoch) default to two epochs of
-    `epoch_seconds`; `stages` is metrics.json's record of the pipeline's stages (peak memory)."""
+    `epoch_seconds`; `stages` is metrics.json's record of the pipeline's stages (peak memory). Each split's macro-F1
+    is its accuracy minus 0.1, so that a table showing one in place of the other shows it; `val_samples` gives
+    validation a size of its own (default: `n_samples`, as test)."""
     folder.mkdir(parents=True)
     epoch_times = epoch_times or [epoch_seconds] * 2
     losses = losses or [(1.0, 1.1), (0.5, 0.9)][:len(epoch_times)] + [(0.5, 0.9)] * (len(epoch_times) - 2)
-    val = SplitMetrics(accuracy=accuracy, macro_f1=accuracy, loss=1.0, n_samples=n_samples)
-    test = SplitMetrics(accuracy=accuracy if test_accuracy is None else test_accuracy,
-                        macro_f1=accuracy if test_accuracy is None else test_accuracy, loss=1.0, n_samples=n_samples)
+    test_accuracy = accuracy if test_accuracy is None else test_accuracy
+    val = SplitMetrics(accuracy=accuracy, macro_f1=accuracy - 0.1, loss=1.0, n_samples=val_samples or n_samples)
+    test = SplitMetrics(accuracy=test_accuracy, macro_f1=test_accuracy - 0.1, loss=1.0, n_samples=n_samples)
     RunMetrics(model=model, pe=pe, seed=seed, dataset=dataset, splits={}, train_samples=20, val=val, test=test,
                class_names=["a", "b"], params=10,
                train_seconds=sum(epoch_times), eval_seconds=0.1, epochs=len(epoch_times), best_epoch=2,
@@ -261,7 +265,7 @@ def test_a_failed_single_run_shows_its_error_in_the_summary(tmp_path):
 
 
 def test_time_to_accuracy_per_run_and_per_group(tmp_path):
-    for seed, seconds in enumerate([{"0.85": 4.0, "0.9": 8.0}, {"0.85": 6.0, "0.9": None}]):
+    for seed, seconds in enumerate([{"0.85": 4.0, "0.9": 8.0, "0.95": None}, {"0.85": 6.0, "0.9": None, "0.95": None}]):
         fake_run(tmp_path / f"{seed}_run", seed=seed)
         metrics = RunMetrics.read(tmp_path / f"{seed}_run" / "metrics.json")
         metrics.time_to_accuracy = seconds
@@ -272,7 +276,7 @@ def test_time_to_accuracy_per_run_and_per_group(tmp_path):
     assert groups["seconds_to_0.85_mean"].item() == 5.0 and groups["seconds_to_0.9_count"].item() == 1
     text = (tmp_path / "summary.md")
     write_summary(tmp_path)
-    assert "| 5.0 ± 1.4 | 8.0 (1 of 2 runs) |" in text.read_text()
+    assert "| 5.0 ± 1.4 | 8.0 (1 of 2 runs) | not reached |" in text.read_text()
 
 
 def md_table(text: str, heading: str) -> list[dict[str, str]]:
@@ -286,13 +290,14 @@ def md_table(text: str, heading: str) -> list[dict[str, str]]:
 
 def paired_sweep(folder, ratios=(1.45, 1.5, 1.55), naive_articles=(0, 0, -2), pe_points=-3.0):
     """3 seeds × (efficient, naive) × pe: naive's epochs take `ratios[seed]` times efficient's; naive is
-    `naive_articles` test articles of 1000 off efficient (float-rounding drift); pe=True `pe_points` lower."""
+    `naive_articles` test articles of 1000 off efficient (float-rounding drift); pe=True `pe_points` lower. Validation
+    has 307 articles, test 1000, as bbc-news."""
     for seed in range(3):
         for pe in (False, True):
             base = 0.95 + 0.01 * seed + (pe_points / 100 if pe else 0)
             for model, factor, articles in (("efficient", 1.0, 0), ("naive", ratios[seed], naive_articles[seed])):
                 fake_run(folder / f"{model}_{pe}_{seed}", model=model, seed=seed, pe=pe, accuracy=base,
-                         test_accuracy=base + articles / 1000, n_samples=1000,
+                         test_accuracy=base + articles / 1000, n_samples=1000, val_samples=307,
                          epoch_times=[3.0 * factor] + [factor] * 11,  # a slow first epoch (warm-up)
                          stages={"fit": {"seconds": 12.0, "peak_memory_mb": 500.0 + 10 * seed}})
 
@@ -311,6 +316,24 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert "peak CUDA in training, MB" not in variants["efficient", "True"]  # a CPU sweep has no CUDA column
     test = np.array([0.92, 0.93, 0.94 - 0.002])  # naive, pe=True: seed 2 two articles off
     assert variants["naive", "True"]["test accuracy"] == f"{test.mean():.4f} ± {test.std(ddof=1):.4f}"
+    # Every column from its own metric of its own split (naive, pe=True; macro-F1 is accuracy - 0.1 here), the
+    # median epoch (the 3× warm-up epoch is no median) and tokens/s against the fastest variant's.
+    val = np.array([0.92, 0.93, 0.94])
+    by_split = {"val accuracy": val, "test accuracy": test, "val macro-F1": val - 0.1, "test macro-F1": test - 0.1}
+    expected = {column: f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" for column, v in by_split.items()}
+    assert {column: variants["naive", "True"][column] for column in expected} == expected
+    assert variants["naive", "True"]["median epoch s"] == "1.50 ± 0.05"  # medians 1.45, 1.5, 1.55
+    assert variants["efficient", "True"]["median epoch s"] == "1.00 ± 0.00"
+    assert variants["efficient", "False"]["tokens/s vs fastest"] == "1.00×"
+    tokens = np.mean([1 / 1.45, 1 / 1.5, 1 / 1.55])  # the same tokens in 1.45-1.55 times the seconds, per seed
+    assert variants["naive", "False"]["tokens/s vs fastest"] == f"{tokens:.2f}×"
+    # The same numbers in the table of every metric, and each run's own in the runs table.
+    groups = {(r["model"], r["pe"]): r for r in md_table(text, "## By dataset")}
+    assert {column: groups["naive", "True"][column] for column in expected} == expected
+    assert groups["naive", "True"]["median epoch s"] == "1.50 ± 0.05"
+    runs = {r["run folder"]: r for r in md_table(text, "## Runs")}
+    assert (runs["naive_True_2"]["val accuracy"], runs["naive_True_2"]["test accuracy"]) == ("0.9400", "0.9380")
+    assert (runs["naive_True_2"]["val macro-F1"], runs["naive_True_2"]["test macro-F1"]) == ("0.8400", "0.8380")
 
     against = {(r["model"], r["pe"]): r for r in md_table(text, "### Against efficient (the reference)")}
     assert set(against) == {("naive", "False"), ("naive", "True")}
@@ -323,8 +346,11 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert against["naive", "False"]["test accuracy"].startswith("same within noise (-0.1 points, -0.7 of 1000")
 
     pe = {r["model"]: r for r in md_table(text, "### pe=True against pe=False")}
-    assert pe["efficient"]["test accuracy"] == "lower by 3.0 points (-30 of 1000 articles, 95% CI -3.0 to -3.0)"
-    assert pe["efficient"]["epoch time"].startswith("same speed within noise (1.00×")
+    # Each model against itself without PE (naive's epochs are as slow either way), each split in its own articles.
+    for model in ("efficient", "naive"):
+        assert pe[model]["test accuracy"] == "lower by 3.0 points (-30 of 1000 articles, 95% CI -3.0 to -3.0)"
+        assert pe[model]["val accuracy"] == "lower by 3.0 points (-9.2 of 307 articles, 95% CI -3.0 to -3.0)"
+        assert pe[model]["epoch time"].startswith("same speed within noise (1.00×")
     assert "**Noise rule:**" in text and "5 articles or fewer" in text
 
 
@@ -335,6 +361,35 @@ def test_without_the_reference_the_fastest_variant_is_named_instead(tmp_path):
     heading = "### Against torch (efficient, the reference, is not in this sweep, so the fastest variant)"
     against = md_table(text, heading)
     assert [(r["model"], r["epoch time"]) for r in against] == [("naive", "slower by 1.50× (95% CI 1.50–1.50×)")]
+
+
+def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
+    """scripts/summarize.py <folder> --reference naive: the heading names it, and the others are paired with it."""
+    import importlib.util
+
+    for model, seconds in (("torch", 2.0), ("naive", 3.0)):
+        fake_run(tmp_path / model, model=model, epoch_times=[seconds] * 6)
+    spec = importlib.util.spec_from_file_location("summarize", REPO / "scripts" / "summarize.py")
+    summarize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarize)
+    assert summarize.main([str(tmp_path), "--reference", "naive"]) == 0
+    against = md_table((tmp_path / "summary.md").read_text(), "### Against naive (the reference)")
+    assert [(r["model"], r["epoch time"]) for r in against] == [("torch", "faster by 1.50× (95% CI 1.50–1.50×)")]
+    assert "### Against naive (the reference)" in capsys.readouterr().out  # and prints summary.md
+
+
+def test_each_variant_is_paired_with_the_reference_at_the_same_settings(tmp_path):
+    """A sweep over model.dropout too: naive at each dropout against efficient at that dropout, never pooled with the
+    reference's runs at the other (here a dropout of 0.3 is 5 points lower and twice as slow, in both models)."""
+    for model, factor in (("efficient", 1.0), ("naive", 1.5)):
+        for dropout, accuracy, slower in ((0.1, 0.9, 1.0), (0.3, 0.85, 2.0)):
+            fake_run(tmp_path / f"{model}_{dropout}", model=model, accuracy=accuracy, n_samples=1000,
+                     epoch_times=[factor * slower] * 6, model__dropout=dropout)
+    write_summary(tmp_path)
+    rows = md_table((tmp_path / "summary.md").read_text(), "### Against efficient (the reference)")
+    assert {(r["model"], r["model.dropout"]): (r["epoch time"], r["val accuracy"]) for r in rows} == {
+        ("naive", dropout): ("slower by 1.50× (95% CI 1.50–1.50×)", "identical at the one seed")
+        for dropout in ("0.1", "0.3")}
 
 
 def test_repeats_of_a_seed_are_runs_not_seeds(tmp_path):
@@ -367,12 +422,17 @@ def test_cuda_peaks_get_their_column_and_panel(tmp_path):
 
 
 def test_the_memory_panel_shows_each_variant_mean_and_range(tmp_path):
-    for i, (model, pe, rss) in enumerate([("naive", False, 600.0), ("naive", False, 640.0), ("torch", True, 700.0)]):
+    for i, (model, pe, rss) in enumerate([("naive", False, 600.0), ("naive", False, 610.0), ("naive", False, 650.0),
+                                          ("torch", True, 700.0)]):
         fake_run(tmp_path / f"{i}_run", model=model, pe=pe, seed=i, stages={"fit": {"peak_memory_mb": rss}})
     (ax,) = plot_memory(runs_table(tmp_path)).axes
     label_at = {tick: label.get_text() for tick, label in zip(ax.get_yticks(), ax.get_yticklabels(), strict=True)}
     widths = {label_at[p.get_y() + p.get_height() / 2]: p.get_width() for p in ax.patches}
-    assert widths == {"naive, pe=False (2 runs)": 620.0, "torch, pe=True (1 run)": 700.0}
+    assert widths == {"naive, pe=False (3 runs)": 620.0, "torch, pe=True (1 run)": 700.0}
+    # Whiskers from the lowest run to the highest (not symmetric about the mean).
+    (whiskers,) = [c for c in ax.collections if len(c.get_segments()) == 2]
+    ranges = {label_at[segment[0, 1]]: tuple(segment[:, 0]) for segment in whiskers.get_segments()}
+    assert ranges == {"naive, pe=False (3 runs)": (600.0, 650.0), "torch, pe=True (1 run)": (700.0, 700.0)}
     assert ax.get_xlim()[1] > 700.0  # the longest bar ends inside the axes
 
 
@@ -403,6 +463,19 @@ def test_accuracy_vs_time_reads_at_a_glance(tmp_path):
     labels = [t.get_text() for legend in figure.legends for t in legend.get_texts()]
     assert labels == ["efficient, pe=False (1 run)", "efficient, pe=True (1 run)", "naive, pe=True (1 run)",
                       "torch, pe=True (1 run)"]
+    # Colour by model, marker by pe: a circle for pe=True, a square for pe=False.
+    from matplotlib.markers import MarkerStyle
+
+    def marker(name):
+        style = MarkerStyle(name)
+        return style.get_path().transformed(style.get_transform()).vertices.tolist()
+
+    points = {c.get_label(): c for c in ax.collections}
+    assert {label: points[label].get_paths()[0].vertices.tolist() for label in labels} == {
+        label: marker("o" if "pe=True" in label else "s") for label in labels}
+    colours = {label: tuple(points[label].get_facecolor()[0]) for label in labels}
+    assert colours["efficient, pe=False (1 run)"] == colours["efficient, pe=True (1 run)"]
+    assert len({colours[label] for label in labels[1:]}) == 3
 
 
 def test_accuracy_vs_time_over_decades_has_plain_log_ticks(tmp_path):
@@ -425,6 +498,9 @@ def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
     lines = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
     train = np.array([[t for t, _ in c] for c in curves])
     assert lines["pe=False|train_loss"].get_ydata() == pytest.approx(train.mean(axis=0))
+    val = np.array([[v for _, v in c] for c in curves])
+    assert lines["pe=False|val_loss"].get_ydata() == pytest.approx(val.mean(axis=0))
+    assert (lines["pe=False|train_loss"].get_linestyle(), lines["pe=False|val_loss"].get_linestyle()) == ("-", "--")
     bands = {band.get_gid(): band for band in ax.collections if band.get_gid()}
     assert set(bands) == {"pe=False|train_loss", "pe=False|val_loss"}  # one run of pe=True: a line, no band
     vertices = bands["pe=False|train_loss"].get_paths()[0].vertices
@@ -474,7 +550,9 @@ def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
     assert record["launcher"].endswith("BasicLauncher") and record["wall_seconds"] >= 0.4
     assert [j["job"] for j in record["jobs"]] == [0, 1]
     assert [j["run_dir"] for j in record["jobs"]] == ["0_seed-0", "1_seed-1"]
-    assert all(j["wall_seconds"] >= 0.2 and j["train_seconds"] == 1.0 for j in record["jobs"])
+    assert all(j["wall_seconds"] >= 0.2 and j["train_seconds"] == 1.0 and j["eval_seconds"] == 0.1
+               for j in record["jobs"])  # beside what each run measured (fake_run: 1.0 s training, 0.1 s validation)
+    assert {(j["host"], j["pid"]) for j in record["jobs"]} == {(socket.gethostname(), os.getpid())}
     assert record["wall_seconds"] >= sum(j["wall_seconds"] for j in record["jobs"])  # one after another
     assert json.loads((sweep / "0_seed-0" / "job.json").read_text())["overrides"] == ["seed=0"]
 

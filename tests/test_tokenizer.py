@@ -269,7 +269,7 @@ def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_f
     words = [f"w{i}" for i in range(250)]
     texts = [" ".join(words[:180])] * 20 + [" ".join(words[180:])] * 19  # 180 words 20 times, 70 words 19 times
     alphabet = 1 + 10  # "w" starts every word; "##0".."##9" follow it
-    settings = TokenizerSettings(vocab_size=None, min_frequency=20)
+    settings = TokenizerSettings(vocab_size=None)  # min_frequency at its default: 20 occurrences, as documented
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tok, "AUTO_VOCAB_FLOOR", 0)  # the counts themselves, not the floor
         assert tok.resolve_vocab_size(texts, settings)[0].vocab_size == 200  # 5 specials + 11 + 180 -> hundreds
@@ -283,6 +283,9 @@ def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_f
         # One character far more frequent than the other 159: it alone is 99.5% of them.
         skewed = [characters[0] * 200_000, characters[1:]]
         assert tok.resolve_vocab_size(skewed, settings)[0].vocab_size == 100  # 5 + 1 -> hundreds
+        # One character 9900 times, 100 others once: 99.5% of the 10,000 takes the frequent one and 50 of the rare
+        # ones (99% would take it alone, and give 100), with room for them to take half: 2 × 51 -> 200.
+        assert tok.resolve_vocab_size([characters[0] * 9900, characters[1:101]], settings)[0].vocab_size == 200
     resolved, why = tok.resolve_vocab_size(texts, settings)
     assert resolved.vocab_size == tok.AUTO_VOCAB_FLOOR == 1000
     assert "180 words occur 20 times" in why and f"and {alphabet} characters" in why
