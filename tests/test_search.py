@@ -203,13 +203,13 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
 
 
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
-    """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (of 20 asked for)."""
+    """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (about 6 of the 50 asked for; read as
+    seconds, a single trial)."""
     from mha_textclf.tuning import run_search
 
-    settings = study_settings(tmp_path, n_trials=20, pruning=False, timeout_minutes=0.02)
-    start = time.monotonic()
+    settings = study_settings(tmp_path, n_trials=50, pruning=False, timeout_minutes=0.02)
     study = run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], seconds=0.2))
-    assert 1 < len(study.trials) < 20 and time.monotonic() - start < 3  # (in seconds, a single trial)
+    assert 1 < len(study.trials) < 50
 
 
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
