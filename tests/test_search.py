@@ -224,26 +224,26 @@ def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the
     from mha_textclf.workers import HEARTBEAT, fail_stale_trials, open_storage
 
     journal = str(tmp_path / "journal.log")
-    study = optuna.create_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1))
+    study = optuna.create_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=10))
     alive, dead, late = study.ask(), study.ask(), study.ask()
     for trial in (alive, dead, late):
         trial.suggest_float("x", 0, 1)
     study._storage.record_heartbeat(alive._trial_id)
-    study._storage.set_trial_system_attr(dead._trial_id, HEARTBEAT, time.time() - 3.5)  # 3 beats of 1 s missed
-    study._storage.set_trial_system_attr(late._trial_id, HEARTBEAT, time.time() - 2.5)  # 2 missed: still alive
+    study._storage.set_trial_system_attr(dead._trial_id, HEARTBEAT, time.time() - 35)  # 3 beats of 10 s missed
+    study._storage.set_trial_system_attr(late._trial_id, HEARTBEAT, time.time() - 25)  # 2 missed: alive (5 s to spare)
     # Another worker, with its own view of the journal, finds the dead trial.
-    other = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1))
+    other = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=10))
     fail_stale_trials(other)
-    trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1)).trials
+    trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=10)).trials
     assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING", "WAITING"]
     assert trials[3].params == trials[1].params and trials[3].system_attrs["failed_trial"] == 1
     assert HEARTBEAT not in trials[3].system_attrs  # the retry's heartbeats start when it runs
     # A retry that kills its worker too stays failed: no third run.
     retry = other.ask()
     assert retry.number == 3
-    other._storage.set_trial_system_attr(retry._trial_id, HEARTBEAT, time.time() - 3.5)
+    other._storage.set_trial_system_attr(retry._trial_id, HEARTBEAT, time.time() - 35)
     fail_stale_trials(other)
-    trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=1)).trials
+    trials = optuna.load_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=10)).trials
     assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING", "FAIL"]
 
 
