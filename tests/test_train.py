@@ -348,6 +348,17 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
     best, _ = load_checkpoint(tmp_path / "best.pt")  # epoch 1, the best so far
     assert all(t.isfinite().all() for t in best.state_dict().values() if t.is_floating_point())
 
+    # The cause gone (here, the poisoning), the same command continues a failed run after its last finished epoch,
+    # and the folder no longer says it failed: error.txt, as the command line wrote it (cli.run_job), is gone.
+    (tmp_path / "error.txt").write_text(f"DivergenceError: {status['message']}\n")
+    monkeypatch.undo()
+    metrics = train_in_process(tmp_path, *SMOKE, "trainer.epochs=3", "probes.attention=[]", data_dir=data_dir)
+    assert metrics.epochs == 3 and [r["epoch"] for r in history(tmp_path)] == [1, 2, 3]
+    assert history(tmp_path)[0] == row  # epoch 1 as it was, not trained again
+    assert not (tmp_path / "error.txt").exists()
+    status = run_folder.read_status(tmp_path)
+    assert (status["state"], status["attempt"], status["message"]) == (run_folder.FINISHED, 2, None)
+
 
 @pytest.mark.slow
 def test_relative_paths_are_read_from_the_folder_the_command_runs_in(data_dir, minilm_dir, tmp_path, monkeypatch):
