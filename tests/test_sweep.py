@@ -309,6 +309,12 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert text.index("## The answer: bbc-news") < text.index("## By dataset") < text.index("## Runs")
 
     variants = {(r["model"], r["pe"]): r for r in md_table(text, "## The answer: bbc-news")}
+    # The README's tables are copies of a CPU sweep's: the same columns, in the same order.
+    readme = (REPO / "README.md").read_text()
+    headline = md_table(readme, "<!-- headline: regenerated from summary.md -->")
+    assert list(headline[0]) == list(variants["naive", "False"])
+    assert list(md_table(readme, "Against `efficient`, paired over the seeds they share")[0]) == list(
+        md_table(text, "### Against efficient (the reference)")[0])
     assert variants["naive", "False"]["runs"] == variants["naive", "False"]["seeds"] == "3"
     assert variants["efficient", "False"]["epoch time vs fastest"] == "1.00×"
     assert variants["naive", "False"]["epoch time vs fastest"] == "1.50×"  # mean of medians 1.45, 1.5, 1.55
