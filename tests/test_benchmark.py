@@ -54,6 +54,28 @@ def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkey
     assert len(calls) == timed + 1  # the warm-up step, untimed
 
 
+def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypatch):
+    """run() hands each case (variant × mode × T) to the fresh-process runner, never measures one itself; and the
+    naive case past the memory budget is skipped."""
+    from mha_textclf import benchmark
+
+    handed = []
+
+    def in_fresh_process(function, *args):
+        handed.append((function, *args))
+        return 100.0 if function is benchmark.matmul_peak_gflops else {"ms": 1.0, "peak_mb": 0.0, "gflops": 5.0}
+
+    monkeypatch.setattr(benchmark, "_in_fresh_process", in_fresh_process)
+    monkeypatch.setattr(benchmark, "measure", lambda case: pytest.fail("a case measured in the benchmark's process"))
+    results, peaks = benchmark.run([64, 2048], 32, ["cpu"], log=lambda line: None)
+    cases = [args[0] for function, *args in handed if function is not benchmark.matmul_peak_gflops]
+    assert handed[0] == (benchmark.matmul_peak_gflops, "cpu") and peaks == {"cpu": 100.0}
+    assert sorted((c.variant, c.mode, c.T) for c in cases) == sorted(
+        (v, m, t) for v in ("naive", "efficient", "torch") for m in ("full", "cls_only") for t in (64, 2048)
+        if (v, m, t) != ("naive", "full", 2048))  # ~13 GB: over the 8 GB budget
+    assert len(results) == len(cases) and (results["pct_of_peak"] == 5.0).all()
+
+
 def test_ratios_put_each_time_over_the_one_the_docs_name():
     """ratios.csv's columns as docs/performance.md reads them: efficient / torch, naive / efficient, full / cls_only."""
     ms = {("efficient", "full"): 2.0, ("torch", "full"): 5.0, ("naive", "full"): 8.0,

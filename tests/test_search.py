@@ -338,3 +338,7 @@ def test_a_killed_worker_s_trial_is_failed_and_run_again_when_the_same_command_r
     retry = study.trials[1]
     assert retry.system_attrs["failed_trial"] == 0 and retry.params == study.trials[0].params
     assert_reports_describe(study, study_dir)
+    with open(study_dir / "trials.csv") as f:  # trials.csv names the trial each retry runs again
+        rows = list(csv.DictReader(f))
+    assert [(row["state"], row["system_attrs_failed_trial"] and float(row["system_attrs_failed_trial"]))
+            for row in rows] == [("FAIL", ""), ("COMPLETE", 0), ("COMPLETE", "")]

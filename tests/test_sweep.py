@@ -309,6 +309,12 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert text.index("## The answer: bbc-news") < text.index("## By dataset") < text.index("## Runs")
 
     variants = {(r["model"], r["pe"]): r for r in md_table(text, "## The answer: bbc-news")}
+    # The README's tables are copies of a CPU sweep's: the same columns, in the same order.
+    readme = (REPO / "README.md").read_text()
+    headline = md_table(readme, "<!-- headline: regenerated from summary.md -->")
+    assert list(headline[0]) == list(variants["naive", "False"])
+    assert list(md_table(readme, "Against `efficient`, paired over the seeds they share")[0]) == list(
+        md_table(text, "### Against efficient (the reference)")[0])
     assert variants["naive", "False"]["runs"] == variants["naive", "False"]["seeds"] == "3"
     assert variants["efficient", "False"]["epoch time vs fastest"] == "1.00×"
     assert variants["naive", "False"]["epoch time vs fastest"] == "1.50×"  # mean of medians 1.45, 1.5, 1.55
@@ -562,6 +568,16 @@ def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
     assert runs["0_seed-0"]["job s"] == f"{record['jobs'][0]['wall_seconds']:.1f}"
     assert runs["0_seed-0"]["train s"] == "1.0"
     assert "2 jobs shared one process" in text  # so their memory does not compare
+    jobs = sum(j["wall_seconds"] for j in record["jobs"])
+    assert (f"The jobs' own wall times add up to {jobs:,.1f} s; training passes took 2.0 s of them "
+            f"({2.0 / jobs:.0%})") in text
+    # Without sweep.json (a sweep that never reached its end), from the first job's start to the last one's end.
+    (sweep / "sweep.json").unlink()
+    write_summary(sweep)
+    first, last = (json.loads((sweep / name / "job.json").read_text()) for name in ("0_seed-0", "1_seed-1"))
+    span = pd.Timestamp(last["ended_at"]) - pd.Timestamp(first["started_at"])
+    assert f"its jobs ran from the first start to the last end in {span.total_seconds():,.1f} s" in (
+        sweep / "summary.md").read_text()
 
 
 def test_a_single_run_writes_no_job_record(tmp_path):
