@@ -560,8 +560,9 @@ def plot_memory(runs: pd.DataFrame) -> Figure:
 
 
 def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
-    """Train (solid) and val (dashed) loss per epoch: one panel per model, one colour per pe, the mean over the
-    variant's runs as a line and the spread across them (lowest to highest run at each epoch) as a band."""
+    """Train (solid) and val (dashed) loss per epoch: one panel per model, one colour per pe (per pe and setting when
+    the sweep varies another), the mean over the variant's runs as a line and the spread across them (lowest to
+    highest run at each epoch) as a band."""
     done = finished(runs)
     settings = setting_columns(runs)
     several = done["dataset"].nunique() > 1
