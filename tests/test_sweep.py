@@ -175,6 +175,15 @@ def test_seeds_whose_vocabulary_size_adapted_to_their_split_are_one_group(tmp_pa
     assert groups["runs"].to_dict() == {"None": 3, "4000": 1, "8000": 1}
 
 
+def test_an_unreadable_metrics_json_is_a_failed_run_in_the_summary_not_a_crash(tmp_path):
+    fake_run(tmp_path / "0_run", seed=0)
+    fake_run(tmp_path / "1_run", seed=1)
+    (tmp_path / "1_run" / "metrics.json").write_text('{"truncated')  # a disk that filled mid-write
+    runs = runs_table(tmp_path).set_index("run_dir")
+    assert runs.loc["0_run", "status"] == "ok" and runs.loc["1_run", "status"] == "failed"
+    assert runs.loc["1_run", "error"].startswith("unreadable metrics.json")
+
+
 def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
     """tokenizer.base names which tokenizer was retrained: a setting of the model, not a location."""
     minilm = "../shared/tokenizers/all-MiniLM-L6-v2"

@@ -7,7 +7,6 @@ Used by the end-of-sweep Hydra callback and by `scripts/summarize.py`, for any f
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -61,8 +60,10 @@ def run_settings(run_dir: Path) -> dict[str, object]:
     config = yaml.safe_load(path.read_text()) if path.exists() else {}
     # A value the run decided from its corpus (metrics.json's `adapted`: a vocabulary size per seed's training split)
     # is grouped as it was asked for, null, or the seeds of one command would never be averaged together.
-    metrics = run_dir / "metrics.json"
-    adapted = json.loads(metrics.read_text()).get("adapted", {}) if metrics.exists() else {}
+    try:
+        adapted = RunMetrics.read(run_dir / "metrics.json").adapted
+    except (OSError, ValueError, TypeError, KeyError):
+        adapted = {}  # no metrics.json yet, or one run_row reports as unreadable
     return {k: (None if k in adapted else v) for k, v in flat(config or {}).items()
             if k not in COLUMNS and is_training_setting(k)}
 
