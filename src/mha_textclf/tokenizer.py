@@ -64,13 +64,18 @@ def get_tokenizer(texts: list[str], settings: TokenizerSettings, max_length: int
     if not entry.is_dir():
         tokenizer = train_tokenizer(texts, settings.vocab_size, settings.base)
         # Build under a private name, then rename: a concurrent run sees either no entry or a complete one.
-        tmp = cache_dir / f".tmp-{entry.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp = _private_name(entry)
         tokenizer.save_pretrained(tmp)
         try:
             tmp.rename(entry)
         except OSError:  # another process finished the same entry first; theirs is as good as ours
             shutil.rmtree(tmp, ignore_errors=True)
     return load_tokenizer(entry, max_length)
+
+
+def _private_name(path: Path) -> Path:
+    """A name beside `path` that no other process uses: build there, then rename onto `path`."""
+    return path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 # The least an automatic vocabulary holds: what bbc-news was tuned with, and room for common subwords on a small
@@ -103,7 +108,7 @@ def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[T
     size, why = _decide_vocab_size(texts, settings)
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f".tmp-{memo.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp = _private_name(memo)
         tmp.write_text(json.dumps([size, why]))
         tmp.replace(memo)  # whole or absent, for a concurrent run
     except OSError:
