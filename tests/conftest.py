@@ -40,6 +40,20 @@ def optional(module: str, extra: str):
     return pytest.importorskip(module, reason=f'the {extra} extra: pip install -e ".[{extra}]"')
 
 
+# The modules whose tests run the pipeline end to end, longest first, by their time in a full CI=true run (seconds,
+# 2 cores): 148, 128, 95, 88, 69, 25, 24, 22. xdist hands whole modules to its workers in collection order
+# (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests), so starting with
+# the longest keeps one worker from running the Slurm module alone at the end while the other waits.
+LONGEST_MODULES = ("test_run_folder.py", "test_slurm.py", "test_train.py", "test_sweep.py", "test_search.py",
+                   "test_baseline.py", "test_benchmark.py", "test_cli_errors.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first, each module's tests kept together and in their order."""
+    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     require((DATA_DIR / "train.jsonl").is_file(), f"bbc-news not found at {DATA_DIR}; set BBC_NEWS_PATH")
