@@ -13,8 +13,14 @@ from mha_textclf.reports import RunMetrics
 from mha_textclf.tracking import Trackers
 from mha_textclf.training import lr_factor
 
-optional("mlflow", "tracking")
-optional("tensorboard", "tracking")
+
+@pytest.fixture(scope="module", autouse=True)
+def tracking_extra():
+    """Checked when this module's tests run, not at collection: every xdist worker collects every module, and
+    importing MLflow costs a second."""
+    optional("mlflow", "tracking")
+    optional("tensorboard", "tracking")
+
 
 SMOKE = ["experiment=smoke", "trainer.epochs=3", "probes.attention=[]"]
 ONE_EPOCH = ["experiment=smoke", "trainer.epochs=1", "probes.attention=[]", "probes.order=[]"]
