@@ -14,7 +14,7 @@ from conftest import compose_config, fingerprint, run_cli, write_jsonl
 from mha_textclf import cli
 from mha_textclf.errors import RunFolderError, UserError
 
-TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
+TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]", "data.max_length=128"]
 
 
 def output(result) -> str:

@@ -21,7 +21,8 @@ from mha_textclf.reports import RunMetrics
 # best epoch, sampler generator), not just the weights.
 COMMON = ["data.max_train_samples=40", "trainer.batch_size=8", "model.dropout=0.2", "model.embedding_dropout=0.1",
           "model.token_dropout=0.5", "trainer.schedule=cosine", "trainer.warmup_epochs=1", "trainer.patience=2",
-          "data.group_by_length=true", "trainer.epochs=3", "probes.attention=[]", "pe=true"]
+          "data.group_by_length=true", "trainer.epochs=3", "probes.attention=[]", "data.max_length=128",
+          "pe=true"]
 COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr"]
 
 

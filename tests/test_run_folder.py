@@ -27,6 +27,7 @@ from mha_textclf.tokenizer import resolve_vocab_size
 # continuing must restore all of it for the history to match the uninterrupted run's.
 COMMON = ["data.max_train_samples=40", "trainer.batch_size=8", "model.dropout=0.2", "model.token_dropout=0.5",
           "trainer.warmup_epochs=1", "data.group_by_length=true", "trainer.epochs=3", "probes.attention=[]",
+          "data.max_length=128",  # a quarter of the default's compute: what these tests check does not need more
           "trainer.num_threads=1",  # in-process tests run on one thread (conftest), subprocesses must match them
           "pe=true"]
 COMPARED = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr"]
@@ -137,10 +138,14 @@ def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(
 
 
 @pytest.mark.slow
-def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, uninterrupted):
+def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path):
+    # Twenty short epochs: the signal, sent once the first is saved, lands while the run trains, not in its reports.
+    overrides = [*COMMON[:-1], "trainer.epochs=20", "pe=true"]
+    reference_dir = tmp_path / "uninterrupted"
+    uninterrupted = reference_dir, train_in_process(reference_dir, *overrides, data_dir=data_dir)
     run_dir = tmp_path / "run"
     env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
-    command = [sys.executable, "-m", "train", *COMMON[:-1], "trainer.epochs=3", "pe=true", f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, "-m", "train", *overrides, f"hydra.run.dir={run_dir}"]
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
     while not (run_dir / "last.pt").exists() and process.poll() is None:
@@ -149,14 +154,14 @@ def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, un
     assert process.wait(timeout=600) == 143
     assert run_folder.read_status(run_dir)["state"] == run_folder.INTERRUPTED
     stopped = RunMetrics.read(run_dir / "metrics.json")  # what was trained is reported, and why it stopped
-    assert stopped.interrupted_by == "SIGTERM" and stopped.epochs == len(rows(run_dir)) >= 1
+    assert stopped.interrupted_by == "SIGTERM" and 20 > stopped.epochs == len(rows(run_dir)) >= 1
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "continuing the run in" in done.stdout
     assert_same_as_uninterrupted(run_dir, RunMetrics.read(run_dir / "metrics.json"), uninterrupted)
     assert "pe=true" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
     # train.log, Hydra's log of both starts: one line per finished epoch, each epoch once, with its numbers.
-    logged = re.findall(r"epoch (\d+)/3: train_loss \S+  val_loss (\S+)  val_accuracy (\S+)",
+    logged = re.findall(r"epoch (\d+)/20: train_loss \S+  val_loss (\S+)  val_accuracy (\S+)",
                         (run_dir / "train.log").read_text())
     assert [(int(e), float(loss), float(accuracy)) for e, loss, accuracy in logged] == [
         (int(r["epoch"]), round(float(r["val_loss"]), 4), round(float(r["val_accuracy"]), 4)) for r in rows(run_dir)]

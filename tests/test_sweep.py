@@ -34,7 +34,7 @@ from mha_textclf.summary import (
     write_summary,
 )
 
-TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]"]
+TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]", "data.max_length=128"]
 
 
 def require_plugin(name: str) -> None:
