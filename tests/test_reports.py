@@ -53,3 +53,5 @@ def test_time_to_accuracy_is_the_training_time_of_the_first_epoch_to_reach_it():
     history = [{"val_accuracy": a, "elapsed_train_seconds": s} for a, s in ((0.80, 2.0), (0.91, 4.0), (0.89, 6.0),
                                                                             (0.96, 8.0))]
     assert time_to_accuracy(history, [0.85, 0.9, 0.95, 0.99]) == {"0.85": 4.0, "0.9": 4.0, "0.95": 8.0, "0.99": None}
+    # Reaching a level is getting to it: 0.8 exactly (4 of 5 texts) counts.
+    assert time_to_accuracy(history, [0.8])["0.8"] == 2.0
