@@ -108,6 +108,10 @@ def test_a_single_compressed_tsv_file_gets_test_and_validation_carved(tmp_path):
     # The test split is the same for every run seed; validation follows the seed.
     other = load(path, seed=1, text_column="Text", label_column="Category")
     assert other.test.texts == corpus.test.texts and other.val.texts != corpus.val.texts
+    # Other fractions: a quarter for test, then half of the rest for validation.
+    halves = load(path, text_column="Text", label_column="Category", test_fraction=0.25, val_fraction=0.5)
+    assert (len(halves.train), len(halves.val), len(halves.test)) == (30, 30, 20)
+    assert halves.sources["val"].startswith("carved from the train split: 50%")
 
 
 def test_a_validation_split_the_data_has_is_used_as_it_is(tmp_path):
