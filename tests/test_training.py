@@ -263,3 +263,13 @@ def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
     net(torch.randint(10, 50, (4, 12), generator=torch.Generator().manual_seed(0)))
     zeros = {name: (x == 0).float().mean().item() for name, x in inputs.items()}
     assert 0.3 < zeros[where] < 0.7 and zeros[elsewhere] == 0, zeros
+
+
+def test_patience_that_runs_out_at_the_last_epoch_is_no_early_stop():
+    """At lr 0 the validation loss is never lower than after epoch 1. Patience 2 ends a 4-epoch run after epoch 3,
+    early; a 3-epoch run ends there too, but it did every epoch it was asked for."""
+    ids, labels = toy_problem()
+    for epochs, stopped_early in ((4, True), (3, False)):
+        result = fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+                     plain_trainer(epochs=epochs, lr=0.0, patience=2), CPU)
+        assert (len(result.history), result.best_epoch, result.stopped_early) == (3, 1, stopped_early), epochs
