@@ -329,10 +329,13 @@ PATIENCE = 1
 
 
 @pytest.mark.slow
-def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs(data_dir, tmp_path):
+def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs(data_dir, tmp_path, monkeypatch):
     # A learning rate this high overshoots: the validation loss rises again within a few epochs, so patience ends
     # the run before trainer.epochs (checked below, so that a run that ignored patience could not pass), and the
     # best epoch is not the last one.
+    curves, real_plot = [], train_module.plot_loss_curve
+    monkeypatch.setattr(train_module, "plot_loss_curve", lambda *args, **kwargs: curves.append(
+        real_plot(*args, **kwargs)) or curves[-1])  # loss_curve.png, as a figure
     metrics = train_in_process(
         tmp_path, "pe=true", "data.max_length=1024", "data.max_train_samples=48", "trainer.epochs=8",
         f"trainer.patience={PATIENCE}", "trainer.lr=3e-2", "trainer.schedule=constant", "trainer.grad_clip=1.0",
@@ -369,6 +372,9 @@ def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs
     assert metrics.val.loss == pytest.approx(best["val_loss"], rel=1e-6)
     report = json.loads((tmp_path / "classification_report_val.json").read_text())
     assert report["accuracy"] == pytest.approx(best["val_accuracy"]) == metrics.val.accuracy
+    (curve,) = curves  # ...and so does the loss curve's mark
+    (mark,) = [line for line in curve.axes[0].get_lines() if line.get_label().startswith("reported model")]
+    assert set(mark.get_xdata()) == {metrics.best_epoch} != {rows[-1]["epoch"]}
 
 
 def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, tmp_path, monkeypatch):
