@@ -68,6 +68,10 @@ def test_max_train_samples_shrinks_eval_in_proportion(data_dir):
     assert (len(small.train), len(small.val), len(small.test)) == (92, 31, 101)
     capped = load(data_dir, max_train_samples=92, max_eval_samples=10)
     assert (len(capped.train), len(capped.val), len(capped.test)) == (92, 10, 10)
+    # Shrunk or capped, the test texts are the same for every seed (seeds vary the model, not what it is tested on).
+    for shrunk, cap in ((small, {}), (capped, {"max_eval_samples": 10})):
+        other = load(data_dir, seed=1, max_train_samples=92, **cap)
+        assert other.test.texts == shrunk.test.texts and other.val.texts != shrunk.val.texts
 
 
 def rows(n, labels=("a", "b")):
