@@ -68,6 +68,10 @@ def test_max_train_samples_shrinks_eval_in_proportion(data_dir):
     assert (len(small.train), len(small.val), len(small.test)) == (92, 31, 101)
     capped = load(data_dir, max_train_samples=92, max_eval_samples=10)
     assert (len(capped.train), len(capped.val), len(capped.test)) == (92, 10, 10)
+    # Shrunk or capped, the test texts are the same for every seed (seeds vary the model, not what it is tested on).
+    for shrunk, cap in ((small, {}), (capped, {"max_eval_samples": 10})):
+        other = load(data_dir, seed=1, max_train_samples=92, **cap)
+        assert other.test.texts == shrunk.test.texts and other.val.texts != shrunk.val.texts
 
 
 def rows(n, labels=("a", "b")):
@@ -108,6 +112,10 @@ def test_a_single_compressed_tsv_file_gets_test_and_validation_carved(tmp_path):
     # The test split is the same for every run seed; validation follows the seed.
     other = load(path, seed=1, text_column="Text", label_column="Category")
     assert other.test.texts == corpus.test.texts and other.val.texts != corpus.val.texts
+    # Other fractions: a quarter for test, then half of the rest for validation.
+    halves = load(path, text_column="Text", label_column="Category", test_fraction=0.25, val_fraction=0.5)
+    assert (len(halves.train), len(halves.val), len(halves.test)) == (30, 30, 20)
+    assert halves.sources["val"].startswith("carved from the train split: 50%")
 
 
 def test_a_validation_split_the_data_has_is_used_as_it_is(tmp_path):

@@ -55,11 +55,18 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
 
 def test_predict_reads_a_file(runs, tmp_path):
     texts = tmp_path / "texts.txt"
-    texts.write_text("the minister said\n\nthe striker scored twice\n")
+    long = " ".join(["the minister said the striker scored twice"] * 40)  # past the run's max_length (128 tokens)
+    texts.write_text(f"the minister said\n\nthe striker scored twice\n{long}\n")
     out = tmp_path / "predictions.csv"
     table = predict(settings_for(f"run_dir={runs[False]}", f"file={texts}", f"out={out}", app="predict"))
-    assert table["text"].tolist() == ["the minister said", "the striker scored twice"]  # blank lines skipped
+    assert table["text"].tolist() == ["the minister said", "the striker scored twice", long]  # blank lines skipped
     pd.testing.assert_frame_equal(pd.read_csv(out), table, check_dtype=False)
+    # Texts of different lengths share a padded batch: each row is still what the model says of its text alone, a
+    # long one cut where training cut it (logits_one_by_one: at the model's max_length).
+    run = load_run(runs[False])
+    expected = logits_one_by_one(run.model, run.tokenizer, table["text"].tolist()).softmax(-1).numpy()
+    np.testing.assert_allclose(table[run.class_names].to_numpy(), expected, atol=1e-6)
+    assert table["predicted"].tolist() == [run.class_names[i] for i in expected.argmax(axis=1)]
     with pytest.raises(UserError, match="Nothing to predict"):
         predict(settings_for(f"run_dir={runs[False]}", app="predict"))
     with pytest.raises(UserError, match="does not exist"):

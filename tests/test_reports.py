@@ -1,9 +1,13 @@
 """What a run's plots say at a glance: the reported epoch, whole-number epochs, whose model on which data."""
 
-import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+import json
 
-from mha_textclf.reports import plot_confusion_matrix, plot_loss_curve, time_to_accuracy
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from sklearn.metrics import f1_score
+
+from mha_textclf.reports import plot_confusion_matrix, plot_loss_curve, split_report, time_to_accuracy
 
 HISTORY = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": abs(e - 2) + 0.5} for e in (1, 2, 3)]
 
@@ -53,3 +57,18 @@ def test_time_to_accuracy_is_the_training_time_of_the_first_epoch_to_reach_it():
     history = [{"val_accuracy": a, "elapsed_train_seconds": s} for a, s in ((0.80, 2.0), (0.91, 4.0), (0.89, 6.0),
                                                                             (0.96, 8.0))]
     assert time_to_accuracy(history, [0.85, 0.9, 0.95, 0.99]) == {"0.85": 4.0, "0.9": 4.0, "0.95": 8.0, "0.99": None}
+    # Reaching a level is getting to it: 0.8 exactly (4 of 5 texts) counts.
+    assert time_to_accuracy(history, [0.8])["0.8"] == 2.0
+
+
+def test_a_class_absent_from_a_small_split_is_still_reported_and_counts_in_macro_f1(tmp_path):
+    """The classes are the training split's: one that a small validation split lacks (neither label nor prediction)
+    still gets its row, with support 0, and scores 0 in the macro average (scikit-learn's, over every class)."""
+    labels, predictions, names = [0, 0, 1, 1], [0, 1, 1, 1], ["earn", "acq", "grain"]
+    metrics = split_report(tmp_path, "val", labels, predictions, 0.5, names)
+    report = json.loads((tmp_path / "classification_report_val.json").read_text())
+    assert report["grain"]["support"] == 0 and "grain" in (tmp_path / "classification_report_val.txt").read_text()
+    assert metrics.macro_f1 == pytest.approx(f1_score(labels, predictions, labels=[0, 1, 2], average="macro",
+                                                      zero_division=0))
+    assert metrics.macro_f1 < f1_score(labels, predictions, average="macro")  # (so that leaving grain out would show)
+    assert (metrics.accuracy, metrics.n_samples, metrics.loss) == (0.75, 4, 0.5)

@@ -95,6 +95,7 @@ def test_unk_from_characters_the_training_texts_never_have_is_no_matter_of_vocab
     tokenizer = tok.train_tokenizer(["abc abd"], vocab_size=100)  # every character fits
     assert tokenizer.tokenize("abc xbd") == ["abc", "[UNK]"]
     assert tok.unknown_rate_warning(tokenizer, {"train": 0.0, "val": 0.01}, ["abc abd"]) is None  # 1%: no warning
+    assert "1.10% of the val tokens" in tok.unknown_rate_warning(tokenizer, {"train": 0.0, "val": 0.011}, ["abc abd"])
     warning = tok.unknown_rate_warning(tokenizer, {"train": 0.0, "val": 0.5}, ["abc abd"])
     assert "50.00% of the val tokens, though every character of the training texts is in the vocabulary" in warning
     assert "tokenizer.vocab_size=" not in warning

@@ -143,6 +143,53 @@ def test_the_tokenizer_is_learned_on_the_training_texts_only(smoke_run):
     assert saved != train_tokenizer(every_text, vocab_size=1000).get_vocab()  # (so that the check can fail)
 
 
+class StopAfterBuildingError(Exception):
+    """Ends a run once its loaders and model are built: what the settings decided is seen before any training."""
+
+
+def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settings_shape_the_batches(
+        tmp_path, monkeypatch):
+    """Seeds vary the model, not the data: on a corpus with a validation split of its own (so that the seed changes no
+    split), each seed starts from its own weights and draws its own order of training batches. A training batch holds
+    trainer.batch_size texts; evaluation batches come in length order with data.group_by_length, else in the data's
+    order."""
+    rows = {split: [{"text": f"{('red', 'blue')[i % 2]} text {i}" + " word" * (i % 7), "label": i % 2}
+                    for i in range(n)] for split, n in (("train", 40), ("validation", 8), ("test", 8))}
+    folder = write_jsonl(tmp_path / "data", rows)
+    real_loaders, real_build = train_module.make_loaders, train_module.build_model
+    seen = {}
+
+    def make_loaders(settings, *args, **kwargs):
+        loaders = real_loaders(settings, *args, **kwargs)
+        seen["train"] = [b["input_ids"].tolist() for b in loaders["train"]]  # (its generator: this run ends here)
+        seen["val"] = [(ids[~padding].tolist(), label) for b in loaders["val"] for ids, padding, label in zip(
+            b["input_ids"], b["padding_mask"], b["labels"].tolist(), strict=True)]  # each text's tokens, unpadded
+        return loaders
+
+    def build_model(*args):
+        seen["weights"] = {name: t.clone() for name, t in real_build(*args).state_dict().items()}
+        raise StopAfterBuildingError
+
+    monkeypatch.setattr(train_module, "make_loaders", make_loaders)
+    monkeypatch.setattr(train_module, "build_model", build_model)
+    runs = {}
+    for name, overrides in {"seed 0": ["seed=0"], "seed 1": ["seed=1"],
+                            "in data order": ["seed=0", "data.group_by_length=false"]}.items():
+        with pytest.raises(StopAfterBuildingError):
+            train_in_process(tmp_path / name.replace(" ", "-"), *SMOKE, "trainer.batch_size=8", *overrides,
+                             data_dir=folder)
+        runs[name], seen = seen, {}
+
+    assert [len(batch) for batch in runs["seed 0"]["train"]] == [8] * 5
+    assert runs["seed 0"]["train"] != runs["seed 1"]["train"]  # another order of batches...
+    assert any(not torch.equal(t, runs["seed 1"]["weights"][name])  # ...and other initial weights
+               for name, t in runs["seed 0"]["weights"].items())
+    grouped, in_order = runs["seed 0"]["val"], runs["in data order"]["val"]
+    lengths = [len(ids) for ids, _ in grouped]
+    assert lengths == sorted(lengths) and [label for _, label in in_order] == [i % 2 for i in range(8)]
+    assert sorted(grouped) == sorted(in_order) and grouped != in_order  # the same texts, in another order
+
+
 def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, data_dir):
     """A slow validation shows in eval_seconds and leaves train_seconds alone."""
     from mha_textclf import training
@@ -282,10 +329,13 @@ PATIENCE = 1
 
 
 @pytest.mark.slow
-def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs(data_dir, tmp_path):
+def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs(data_dir, tmp_path, monkeypatch):
     # A learning rate this high overshoots: the validation loss rises again within a few epochs, so patience ends
     # the run before trainer.epochs (checked below, so that a run that ignored patience could not pass), and the
     # best epoch is not the last one.
+    curves, real_plot = [], train_module.plot_loss_curve
+    monkeypatch.setattr(train_module, "plot_loss_curve", lambda *args, **kwargs: curves.append(
+        real_plot(*args, **kwargs)) or curves[-1])  # loss_curve.png, as a figure
     metrics = train_in_process(
         tmp_path, "pe=true", "data.max_length=1024", "data.max_train_samples=48", "trainer.epochs=8",
         f"trainer.patience={PATIENCE}", "trainer.lr=3e-2", "trainer.schedule=constant", "trainer.grad_clip=1.0",
@@ -322,6 +372,9 @@ def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs
     assert metrics.val.loss == pytest.approx(best["val_loss"], rel=1e-6)
     report = json.loads((tmp_path / "classification_report_val.json").read_text())
     assert report["accuracy"] == pytest.approx(best["val_accuracy"]) == metrics.val.accuracy
+    (curve,) = curves  # ...and so does the loss curve's mark
+    (mark,) = [line for line in curve.axes[0].get_lines() if line.get_label().startswith("reported model")]
+    assert set(mark.get_xdata()) == {metrics.best_epoch} != {rows[-1]["epoch"]}
 
 
 def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, tmp_path, monkeypatch):

@@ -202,3 +202,78 @@ def test_weighted_evaluation_is_the_weighted_mean_cross_entropy():
         logits = net(batch["input_ids"], batch["padding_mask"])
     expected = torch.nn.functional.cross_entropy(logits, batch["labels"], weight=weights)  # the whole set at once
     assert result.loss == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_gradient_clipping_scales_the_whole_gradient_down_to_the_max_norm(monkeypatch):
+    """trainer.grad_clip is a max global gradient norm: the optimiser step gets the gradient scaled as a whole, its
+    direction kept, not clamped entry by entry. The reference: the first batch's gradient, computed here."""
+    ids, labels = toy_problem()
+    reference = model()
+    batch = collate(list(zip(ids[:8], labels[:8], strict=True)), 0)
+    loss = torch.nn.functional.cross_entropy(reference(batch["input_ids"], batch["padding_mask"]), batch["labels"])
+    loss.backward()
+    gradient = [p.grad for p in reference.parameters()]
+    norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in gradient])).item()
+    clip = norm / 10  # well below the norm: clipping acts, and most entries are still below the clip value
+    stepped_with = []
+    real_step = torch.optim.AdamW.step
+
+    def recording_step(self, *args, **kwargs):
+        stepped_with.append([p.grad.clone() for p in self.param_groups[0]["params"]])
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", recording_step)
+    fit(model(), make_loader(ids, labels, 8, 0), make_loader(ids, labels, 16, 0),  # batches in data order
+        plain_trainer(epochs=1, lr=1e-2, grad_clip=clip), CPU)
+    assert len(stepped_with) == 8
+    for got, expected in zip(stepped_with[0], gradient, strict=True):
+        torch.testing.assert_close(got, expected * (clip / norm))
+
+
+def test_weight_decay_is_adamws_decoupled_decay():
+    """One full-batch step from the same weights with and without trainer.weight_decay: the gradient step is the same,
+    so the two differ by exactly lr × weight_decay × the weights (AdamW's decoupled decay)."""
+    ids, labels = toy_problem()
+    lr, decay, after = 1e-2, 0.5, {}
+    for weight_decay in (0.0, decay):
+        net = model()
+        before = {name: p.detach().clone() for name, p in net.named_parameters()}
+        fit(net, make_loader(ids, labels, 64, 0), make_loader(ids, labels, 64, 0),
+            plain_trainer(epochs=1, lr=lr, weight_decay=weight_decay), CPU)
+        after[weight_decay] = {name: p.detach() for name, p in net.named_parameters()}
+    for name, weights in before.items():
+        torch.testing.assert_close(after[decay][name] - after[0.0][name], -lr * decay * weights, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(("setting", "where", "elsewhere"), [("embedding_dropout", "attention", "classifier"),
+                                                             ("mlp_dropout", "classifier", "attention")])
+def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
+    """model.embedding_dropout zeroes entries of the token vectors entering attention, positional encoding included
+    (it is added before), model.mlp_dropout entries of the [CLS] vector entering the classifier; each alone leaves the
+    other's input whole."""
+    torch.manual_seed(0)
+    net = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=2, d_model=16, n_heads=2,
+                                     mlp_hidden=16, pe=True, max_length=32, pad_id=0, token_dropout=0.0,
+                                     **{setting: 0.5})).train()
+    inputs = {}
+
+    def record(name):
+        def hook(module, args):
+            inputs.setdefault(name, args[0])  # the first call's input; returning nothing leaves it as it is
+        return hook
+
+    for name in (where, elsewhere):
+        getattr(net, name).register_forward_pre_hook(record(name))
+    net(torch.randint(10, 50, (4, 12), generator=torch.Generator().manual_seed(0)))
+    zeros = {name: (x == 0).float().mean().item() for name, x in inputs.items()}
+    assert 0.3 < zeros[where] < 0.7 and zeros[elsewhere] == 0, zeros
+
+
+def test_patience_that_runs_out_at_the_last_epoch_is_no_early_stop():
+    """At lr 0 the validation loss is never lower than after epoch 1. Patience 2 ends a 4-epoch run after epoch 3,
+    early; a 3-epoch run ends there too, but it did every epoch it was asked for."""
+    ids, labels = toy_problem()
+    for epochs, stopped_early in ((4, True), (3, False)):
+        result = fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+                     plain_trainer(epochs=epochs, lr=0.0, patience=2), CPU)
+        assert (len(result.history), result.best_epoch, result.stopped_early) == (3, 1, stopped_early), epochs
