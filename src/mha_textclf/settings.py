@@ -82,7 +82,8 @@ class DataSettings:
                                         "stratified, the same texts for every seed", gt=0, lt=1)
     max_length: int = setting(512, "tokens per text including [CLS] and [SEP]; longer texts are truncated", gt=2)
     max_train_samples: int | None = setting(None, "subsample the training split (quick runs); val/test shrink in "
-                                                  "proportion unless max_eval_samples is set", gt=0)
+                                                  "proportion unless max_eval_samples is set (the same test texts "
+                                                  "for every seed)", gt=0)
     max_eval_samples: int | None = setting(None, "cap the validation and test splits at this many texts", gt=0)
     group_by_length: bool = setting(True, "batch texts of similar length together, so that batches pad little: for "
                                           "training in a seeded random order, for evaluation sorted")
