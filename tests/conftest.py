@@ -40,12 +40,13 @@ def optional(module: str, extra: str):
     return pytest.importorskip(module, reason=f'the {extra} extra: pip install -e ".[{extra}]"')
 
 
-# The modules whose tests run the pipeline end to end, longest first, by their time in a full CI=true run (seconds,
-# 2 cores): 148, 128, 95, 88, 69, 25, 24, 22. xdist hands whole modules to its workers in collection order
-# (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests), so starting with
-# the longest keeps one worker from running the Slurm module alone at the end while the other waits.
+# Modules by their time in a full CI=true run on 2 cores, longest first (seconds: 188, 177, 119, 111, 103, 41, 32,
+# 26, 26, 22, 13, 13, 12, 11); the rest take a few seconds each. xdist hands whole modules to its workers in
+# collection order (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests),
+# so starting with the longest keeps one worker from running the Slurm module alone at the end while the other waits.
 LONGEST_MODULES = ("test_run_folder.py", "test_slurm.py", "test_train.py", "test_sweep.py", "test_search.py",
-                   "test_baseline.py", "test_benchmark.py", "test_cli_errors.py")
+                   "test_baseline.py", "test_benchmark.py", "test_cli_errors.py", "test_tokenizer.py",
+                   "test_tracking.py", "test_inputs.py", "test_inference.py", "test_settings.py", "test_resume.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
