@@ -262,8 +262,10 @@ def sweep(sweep_dir, *extra, data_dir):
 def test_a_sweep_run_again_trains_only_what_is_not_finished(data_dir, tmp_path):
     sweep_dir = tmp_path / "sweep"
     first = sweep(sweep_dir, data_dir=data_dir)
-    while not any(run_folder.read_status(job).get("state") == run_folder.FINISHED for job in sweep_dir.glob("0_*")) \
-            and first.poll() is None:
+    # Job 0 finished, and its job.json written (after the run, by the sweep's callback: a kill while it is written
+    # leaves its temporary file, which the next start replaces).
+    while not any(run_folder.read_status(job).get("state") == run_folder.FINISHED and (job / "job.json").exists()
+                  for job in sweep_dir.glob("0_*")) and first.poll() is None:
         time.sleep(0.01)
     (job0,) = sweep_dir.glob("0_*")
     first.kill()  # a crashed laptop: job 1 never finished, the sweep wrote no summary
