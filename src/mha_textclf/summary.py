@@ -52,6 +52,10 @@ COLUMNS = {"model.attention", "pe", "seed", "data.path"}
 SECONDS_TO = "seconds_to_"  # + a validation accuracy level: a column of training seconds until it was first reached
 
 
+# What RunMetrics.read raises on a metrics.json that is not one: a failed run in the summary, never a crash of it.
+UNREADABLE = (ValueError, TypeError, KeyError)
+
+
 def run_settings(run_dir: Path) -> dict[str, object]:
     """The run's resolved settings, flattened (`trainer.lr`), from the config.yaml it wrote (Hydra's unresolved
     .hydra/config.yaml for a run that failed before writing it), without the columns and what is not trained."""
@@ -62,7 +66,7 @@ def run_settings(run_dir: Path) -> dict[str, object]:
     # is grouped as it was asked for, null, or the seeds of one command would never be averaged together.
     try:
         adapted = RunMetrics.read(run_dir / "metrics.json").adapted
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, *UNREADABLE):
         adapted = {}  # no metrics.json yet, or one run_row reports as unreadable
     return {k: (None if k in adapted else v) for k, v in flat(config or {}).items()
             if k not in COLUMNS and is_training_setting(k)}
@@ -97,7 +101,7 @@ def run_row(run_dir: Path, root: Path) -> dict:
                       "no metrics.json and no error.txt"}
     try:
         m = RunMetrics.read(metrics_path)
-    except (ValueError, TypeError, KeyError) as e:
+    except UNREADABLE as e:
         return row | {"status": "failed", "error": f"unreadable metrics.json: {e}"}
     epochs = epoch_seconds(run_dir)
     fit = m.stages.get("fit", {})  # the training stage: epochs and their validation
