@@ -79,8 +79,9 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
     assert metrics.time_to_accuracy == {  # the first epoch at each level, in training seconds
         f"{level:g}": next((r["elapsed_train_seconds"] for r in rows if r["val_accuracy"] >= level), None)
         for level in (0.85, 0.9, 0.95)}
-    best = min(rows, key=lambda r: r["val_loss"])  # reports come from the epoch with the lowest validation loss
-    assert metrics.best_epoch == best["epoch"] and best["val_accuracy"] == pytest.approx(metrics.val.accuracy)
+    best = min(rows, key=lambda r: r["val_loss"])  # best.pt's epoch; the reports are the last epoch's by default
+    assert metrics.best_epoch == best["epoch"] and metrics.reported_epoch == rows[-1]["epoch"]
+    assert rows[-1]["val_accuracy"] == pytest.approx(metrics.val.accuracy)
 
     model, class_names = load_checkpoint(run_dir / "model.pt")
     assert model.config.attention == "efficient" and model.config.pe and class_names == metrics.class_names
@@ -132,7 +133,7 @@ def test_the_loss_curve_draws_each_epochs_train_and_val_loss_and_marks_the_repor
         assert list(lines[label].get_xdata()) == [r["epoch"] for r in rows]
         np.testing.assert_allclose(lines[label].get_ydata(), [r[column] for r in rows], rtol=1e-12)
     (mark,) = [line for label, line in lines.items() if label.startswith("reported model")]
-    assert set(mark.get_xdata()) == {smoke_run.metrics.best_epoch}
+    assert set(mark.get_xdata()) == {smoke_run.metrics.reported_epoch}
 
 
 def test_the_tokenizer_is_learned_on_the_training_texts_only(smoke_run):
@@ -329,7 +330,9 @@ PATIENCE = 1
 
 
 @pytest.mark.slow
-def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs(data_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("final_weights", ["last", "best"])
+def test_a_run_that_gets_worse_keeps_its_best_epoch_and_reports_the_final_weights_with_long_inputs(
+        data_dir, tmp_path, monkeypatch, final_weights):
     # A learning rate this high overshoots: the validation loss rises again within a few epochs, so patience ends
     # the run before trainer.epochs (checked below, so that a run that ignored patience could not pass), and the
     # best epoch is not the last one.
@@ -340,7 +343,7 @@ def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs
         tmp_path, "pe=true", "data.max_length=1024", "data.max_train_samples=48", "trainer.epochs=8",
         f"trainer.patience={PATIENCE}", "trainer.lr=3e-2", "trainer.schedule=constant", "trainer.grad_clip=1.0",
         "trainer.label_smoothing=0.1", "model.embedding_dropout=0.1", "model.mlp_dropout=0.1", "probes.attention=[]",
-        data_dir=data_dir)
+        *([] if final_weights == "last" else [f"trainer.final_weights={final_weights}"]), data_dir=data_dir)
     model, _ = load_checkpoint(tmp_path / "model.pt")
     assert model.positional.pe.shape[0] == 1024  # the PE buffer follows data.max_length...
     # ...and so does truncation: the tokens the pipeline trained on are the texts cut at 1024, not at 512.
@@ -355,8 +358,11 @@ def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs
     assert metrics.stopped_early and len(rows) == metrics.best_epoch + PATIENCE < 8
     assert metrics.best_epoch == best["epoch"] and rows[-1]["val_loss"] > 1.01 * best["val_loss"]
 
-    # best.pt and model.pt hold the best epoch's weights, last.pt the last epoch's: evaluated afresh on the
-    # validation split, each gives the validation loss history.csv recorded for its epoch.
+    # best.pt holds the best epoch's weights, last.pt the last epoch's, and model.pt those trainer.final_weights
+    # names (by default the last): evaluated afresh on the validation split, each gives the validation loss
+    # history.csv recorded for its epoch.
+    reported = best if final_weights == "best" else rows[-1]
+    assert metrics.reported_epoch == reported["epoch"]
     val = run_split(tmp_path, "val")
 
     def val_loss(weights: dict) -> float:
@@ -366,15 +372,15 @@ def test_a_run_that_gets_worse_keeps_and_reports_its_best_epoch_with_long_inputs
 
     best_pt, _ = load_checkpoint(tmp_path / "best.pt")
     assert val_loss(best_pt.state_dict()) == pytest.approx(best["val_loss"], rel=1e-5)
-    assert val_loss(model.state_dict()) == pytest.approx(best["val_loss"], rel=1e-5)
+    assert val_loss(model.state_dict()) == pytest.approx(reported["val_loss"], rel=1e-5)
     assert val_loss(last["model"]) == pytest.approx(rows[-1]["val_loss"], rel=1e-5)
-    # The reports and metrics.json describe that epoch.
-    assert metrics.val.loss == pytest.approx(best["val_loss"], rel=1e-6)
+    # The reports and metrics.json describe the reported epoch.
+    assert metrics.val.loss == pytest.approx(reported["val_loss"], rel=1e-6)
     report = json.loads((tmp_path / "classification_report_val.json").read_text())
-    assert report["accuracy"] == pytest.approx(best["val_accuracy"]) == metrics.val.accuracy
+    assert report["accuracy"] == pytest.approx(reported["val_accuracy"]) == metrics.val.accuracy
     (curve,) = curves  # ...and so does the loss curve's mark
     (mark,) = [line for line in curve.axes[0].get_lines() if line.get_label().startswith("reported model")]
-    assert set(mark.get_xdata()) == {metrics.best_epoch} != {rows[-1]["epoch"]}
+    assert set(mark.get_xdata()) == {reported["epoch"]}
 
 
 def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, tmp_path, monkeypatch):

@@ -84,7 +84,7 @@ def test_unknown_device_is_a_clear_error():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_best_epoch(tmp_path):
+def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_last_finished_epoch(tmp_path):
     ids, labels = toy_problem()
     def loaders():
         return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)
@@ -106,6 +106,7 @@ def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_
     result = fit(resumed, *loaders(), plain_trainer(epochs=3, lr=1e-2), CPU, resume_state=state,
                  state_path=tmp_path / "new" / "last.pt")
     assert result.interrupted == "SIGINT" and [r["epoch"] for r in result.history] == [1]
+    assert result.reported_epoch == 1
     for name, tensor in resumed.state_dict().items():
         assert torch.equal(tensor, state["model"][name]), name  # back to where the resumed run started
 
@@ -133,20 +134,26 @@ def test_the_schedule_moves_the_learning_rate_at_every_step():
         [1e-2 * lr_factor(8 * epoch, 32, 4, "cosine") for epoch in range(4)])
 
 
-def test_early_stopping_keeps_the_best_epoch_and_writes_best_pt(tmp_path):
+@pytest.mark.parametrize("final_weights", ["best", "last"])
+def test_early_stopping_writes_best_pt_and_the_model_ends_with_the_final_weights(tmp_path, final_weights):
     ids, labels = toy_problem()
     # A tiny, noisy validation set and a high learning rate: the validation loss soon stops improving.
     val = make_loader(ids[:6], [1 - y for y in labels[:6]], 16, 0)
     net = model()
-    result = fit(net, make_loader(ids, labels, 8, 0, shuffle=True), val, plain_trainer(epochs=30, lr=3e-2, patience=2),
-                 CPU, best_path=tmp_path / "best.pt")
+    result = fit(net, make_loader(ids, labels, 8, 0, shuffle=True), val,
+                 plain_trainer(epochs=30, lr=3e-2, patience=2, final_weights=final_weights), CPU,
+                 best_path=tmp_path / "best.pt", state_path=tmp_path / "last.pt")
     losses = [row["val_loss"] for row in result.history]
     assert result.stopped_early and len(result.history) < 30
     assert result.best_epoch == 1 + losses.index(min(losses))
     assert len(result.history) == result.best_epoch + 2  # patience 2: two epochs without improvement
     best, _ = load_checkpoint(tmp_path / "best.pt")
-    for name, tensor in net.state_dict().items():  # the model ends with the best epoch's weights
-        assert torch.equal(tensor, best.state_dict()[name]), name
+    last = load_training_state(tmp_path / "last.pt")["model"]
+    ending = best.state_dict() if final_weights == "best" else last
+    assert result.reported_epoch == (result.best_epoch if final_weights == "best" else len(result.history))
+    assert not torch.equal(best.state_dict()["embedding.weight"], last["embedding.weight"])
+    for name, tensor in net.state_dict().items():  # the model ends with the weights final_weights names
+        assert torch.equal(tensor, ending[name]), name
 
 
 def test_label_smoothing_changes_the_training_loss_only():

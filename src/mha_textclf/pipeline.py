@@ -161,7 +161,8 @@ def final_values(metrics: RunMetrics) -> dict[str, float]:
     """What trackers record of a finished run: the reported model's validation and test metrics, and its time."""
     values = {f"final/{split}_{name}": value for split in ("val", "test")
               for name, value in vars(getattr(metrics, split)).items() if isinstance(value, int | float)}
-    return values | {"final/train_seconds": metrics.train_seconds, "final/best_epoch": float(metrics.best_epoch or 0)}
+    return values | {"final/train_seconds": metrics.train_seconds, "final/best_epoch": float(metrics.best_epoch or 0),
+                     "final/reported_epoch": float(metrics.reported_epoch or 0)}
 
 
 class Stages:
@@ -276,13 +277,13 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
                   result: FitResult, device: torch.device, stop: StopOnSignal,
                   class_weights: torch.Tensor | None = None, stage_record: dict | None = None,
                   unk_rate: dict[str, float] | None = None, adapted: dict[str, str] | None = None) -> RunMetrics:
-    """The reported model (lowest validation loss) on val, then on the test split, evaluated once; metrics.json.
+    """The reported model (trainer.final_weights) on val, then on the test split, evaluated once; metrics.json.
 
     A signal that arrives meanwhile (`stop` caught it) lets the reports finish and is recorded in metrics.json.
     """
     history = result.history
     if history:
-        figure = plot_loss_curve(history, title=_title(settings), reported_epoch=result.best_epoch)
+        figure = plot_loss_curve(history, title=_title(settings), reported_epoch=result.reported_epoch)
         figure.savefig(run_dir / "loss_curve.png", dpi=120)
     splits = {}
     source = f"{settings.model.attention}, pe={settings.pe} on {corpus.name}"
@@ -296,7 +297,8 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         splits=corpus.sources, train_samples=len(corpus.train), val=splits["val"], test=splits["test"],
         class_names=corpus.class_names, params=model.num_parameters(), train_seconds=train_seconds,
         eval_seconds=sum(row["eval_seconds"] for row in history), epochs=len(history),
-        best_epoch=result.best_epoch, stopped_early=result.stopped_early, interrupted_by=stop.signal,
+        best_epoch=result.best_epoch, reported_epoch=result.reported_epoch, stopped_early=result.stopped_early,
+        interrupted_by=stop.signal,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
         vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
         time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),

@@ -71,14 +71,14 @@ class RunMetrics:
     dataset: str  # the dataset's short name (its folder or file name, or its hub id)
     splits: dict[str, str]  # where the train, val and test texts came from (the dataset's split, or carved)
     train_samples: int
-    val: SplitMetrics  # the reported model (lowest validation loss) on the validation split
+    val: SplitMetrics  # the reported model (trainer.final_weights) on the validation split
     test: SplitMetrics  # ... and on the test split, evaluated once
     class_names: list[str]
     params: int  # learned parameters (for a baseline: its linear model's weights)
     train_seconds: float  # training passes only, all epochs
     eval_seconds: float  # validation after each epoch, all epochs
     epochs: int  # finished epochs (0 for a baseline)
-    best_epoch: int | None  # the reported epoch
+    best_epoch: int | None  # the epoch with the lowest validation loss (best.pt's)
     stopped_early: bool
     interrupted_by: str | None  # SIGINT or SIGTERM when a signal stopped training
     tokens_per_second: float | None  # real (non-padding) training tokens per training second
@@ -91,6 +91,8 @@ class RunMetrics:
     # Per split (train, val, test): the share of its tokens, as the model sees them (truncated; [CLS], [SEP] and
     # [PAD] not counted), that are [UNK]. Empty for a baseline, and in files written before it was recorded.
     unk_rate: dict[str, float] = field(default_factory=dict)
+    # The epoch whose weights model.pt holds and val/test describe (trainer.final_weights); absent in older files.
+    reported_epoch: int | None = None
     # Settings left null that the run decided from the corpus (settings.ADAPTIVE): {key: "value: why"}.
     adapted: dict[str, str] = field(default_factory=dict)
     finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))

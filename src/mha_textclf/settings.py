@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+FINAL_WEIGHTS = ("last", "best")
 SCHEDULES = ("constant", "linear", "cosine")
 FEATURES = ("wordpiece", "words", "chars")
 PRECISIONS = ("fp32", "bf16")
@@ -120,7 +121,11 @@ class TrainerSettings:
     label_smoothing: float = setting(0.0, "label smoothing of the training loss (validation loss stays plain)",
                                      ge=0, lt=1)
     patience: int | None = setting(None, "stop after this many epochs without a lower validation loss; null: "
-                                         "train every epoch (the best epoch is reported either way)", gt=0)
+                                         "train every epoch", gt=0)
+    final_weights: str = setting("last", "the weights the run ends with, saves as model.pt and reports: last (the "
+                                         "last finished epoch: the end of the schedule, or where patience stopped) "
+                                         "or best (the lowest validation loss; best.pt holds it either way)",
+                                 choices=FINAL_WEIGHTS)
     num_threads: int | None = setting(None, "torch intra-op threads; null: torch's default, or the launcher's "
                                             "share of the cores", gt=0)
     class_weights: str | None = setting(None, "null: every text counts the same; balanced: weight each class by "

@@ -156,7 +156,8 @@ def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> 
 @dataclass
 class FitResult:
     history: list[dict]  # one row per finished epoch, resumed ones included
-    best_epoch: int | None = None  # the epoch whose weights the model holds at the end (lowest validation loss)
+    best_epoch: int | None = None  # the epoch with the lowest validation loss (best.pt's)
+    reported_epoch: int | None = None  # the epoch whose weights the model holds at the end (config.final_weights)
     stopped_early: bool = False
     interrupted: str | None = None  # the signal that stopped training early, if one did
 
@@ -171,17 +172,18 @@ def fit(
 ) -> FitResult:
     """Train with AdamW, the configured schedule and regularisation; validate after every epoch.
 
-    The model ends with the weights of the epoch with the lowest validation loss (saved to `best_path`, a checkpoint
-    with `class_names`, whenever it improves); with `config.patience` training stops once that many epochs brought
-    no improvement. After each optimiser step `on_step(step, {"loss", "lr"})` runs (steps counted over the whole
-    run), and after each epoch `on_epoch_end(row)` (a true return value stops training there, as patience would:
-    the hyperparameter search prunes this way) and, with `state_path`, the whole training state
-    (model, optimiser, schedule, RNG states, early-stopping state, history, `metadata`) is saved there atomically:
-    finished work is on disk before the next epoch. `resume_state` (a loaded state) continues after its epoch,
-    reproducing the uninterrupted run exactly. Once `stop` has caught SIGINT/SIGTERM the current epoch is abandoned
-    and the model goes back to the best finished epoch (to its initial weights when none has finished).
-    Rows hold epoch, train_loss, val_loss, val_accuracy, lr, the epoch's training and validation seconds (timed
-    apart), the training seconds so far, and train_tokens (non-padding tokens).
+    The epoch with the lowest validation loss is saved to `best_path` (a checkpoint with `class_names`) whenever it
+    improves; with `config.patience` training stops once that many epochs brought no improvement. The model ends
+    with the weights `config.final_weights` names: the last finished epoch's, or that best epoch's. After each
+    optimiser step `on_step(step, {"loss", "lr"})` runs (steps counted over the whole run), and after each epoch
+    `on_epoch_end(row)` (a true return value stops training there, as patience would: the hyperparameter search
+    prunes this way) and, with `state_path`, the whole training state (model, optimiser, schedule, RNG states,
+    early-stopping state, history, `metadata`) is saved there atomically: finished work is on disk before the next
+    epoch. `resume_state` (a loaded state) continues after its epoch, reproducing the uninterrupted run exactly.
+    Once `stop` has caught SIGINT/SIGTERM the current epoch is abandoned and the model goes back to the last (or
+    best) finished epoch, to its initial weights when none has finished. Rows hold epoch, train_loss, val_loss,
+    val_accuracy, lr, the epoch's training and validation seconds (timed apart), the training seconds so far, and
+    train_tokens (non-padding tokens).
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = len(train_loader)
@@ -190,6 +192,8 @@ def fit(
     generator = train_loader.generator  # the batch order's own RNG (see data.make_loader)
     history, first_epoch = [], 1
     best = {"epoch": None, "val_loss": math.inf, "model": _snapshot(model)}
+    # The last finished epoch's weights: an epoch a signal cuts short is not reported half-trained.
+    last = {"epoch": None, "model": best["model"]}
 
     def save_best(weights: dict | None = None) -> None:
         if best_path is not None:
@@ -199,6 +203,7 @@ def fit(
         restore_training_state(resume_state, model=model, optimizer=optimizer, scheduler=scheduler,
                                loader_generator=generator)
         history, first_epoch, best = list(resume_state["history"]), resume_state["epoch"] + 1, resume_state["best"]
+        last = {"epoch": resume_state["epoch"], "model": _snapshot(model)}
         if best["epoch"] is not None:  # the new run folder gets its best.pt too
             save_best(best["model"])
 
@@ -207,8 +212,9 @@ def fit(
                 and epoch - best["epoch"] >= config.patience)
 
     def finish(**outcome) -> FitResult:
-        model.load_state_dict(best["model"])
-        return FitResult(history, best_epoch=best["epoch"], **outcome)
+        final = best if config.final_weights == "best" else last
+        model.load_state_dict(final["model"])
+        return FitResult(history, best_epoch=best["epoch"], reported_epoch=final["epoch"], **outcome)
 
     if history and patience_ran_out(history[-1]["epoch"]):  # stopped by a signal just as patience ran out
         return finish(stopped_early=True)
@@ -226,8 +232,9 @@ def fit(
                     "elapsed_train_seconds": (history[-1]["elapsed_train_seconds"] if history else 0.0)
                     + row["train_seconds"]}
             improved = val.loss < best["val_loss"]
+            last = {"epoch": epoch, "model": _snapshot(model)}
             if improved:
-                best = {"epoch": epoch, "val_loss": val.loss, "model": _snapshot(model)}
+                best = {"epoch": epoch, "val_loss": val.loss, "model": last["model"]}
                 save_best()
             log.info(f"epoch {epoch}/{config.epochs}: train_loss {row['train_loss']:.4f}  val_loss {val.loss:.4f}  "
                      f"val_accuracy {val.accuracy:.4f}  lr {row['lr']:.2e}  (train {row['train_seconds']:.1f}s, "
