@@ -119,7 +119,7 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
                         "dataset": corpus.name} | ({"sweep": sweep} if sweep else {}))
 
         # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after
-        # the current step; the reports below are still written, for the best finished epoch.
+        # the current step; the reports below are still written, for the last (or best) finished epoch.
         metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
         weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
                    if settings.trainer.class_weights == "balanced" else None)
