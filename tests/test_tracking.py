@@ -79,6 +79,9 @@ def test_mlflow_holds_params_tags_metrics_and_artifacts(tracked):
     assert [m.value for m in sorted(val, key=lambda m: m.step)] == pytest.approx(history["val_accuracy"].tolist())
     assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 9
     assert run.data.metrics["final/val_accuracy"] == pytest.approx(metrics.val.accuracy)
+    # Which epoch the final metrics describe (the last, by default), and which had the lowest validation loss.
+    assert run.data.metrics["final/reported_epoch"] == metrics.reported_epoch == 3
+    assert run.data.metrics["final/best_epoch"] == metrics.best_epoch
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert (run_dir.parent / "mlartifacts").is_dir()  # beside the store, not ./mlruns
     assert {"metrics.json", "history.csv", "config.yaml", "loss_curve.png", "confusion_matrix_test.png"} <= artifacts

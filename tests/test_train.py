@@ -363,6 +363,8 @@ def test_a_run_that_gets_worse_keeps_its_best_epoch_and_reports_the_final_weight
     # history.csv recorded for its epoch.
     reported = best if final_weights == "best" else rows[-1]
     assert metrics.reported_epoch == reported["epoch"]
+    final = train_module.final_values(metrics)  # what the trackers record as the run's outcome
+    assert (final["final/best_epoch"], final["final/reported_epoch"]) == (best["epoch"], reported["epoch"])
     val = run_split(tmp_path, "val")
 
     def val_loss(weights: dict) -> float:
