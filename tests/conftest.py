@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import commands
 import hypothesis
 import pytest
 import yaml
@@ -40,13 +41,14 @@ def optional(module: str, extra: str):
     return pytest.importorskip(module, reason=f'the {extra} extra: pip install -e ".[{extra}]"')
 
 
-# Modules by their time in a full CI=true run on 2 cores, longest first (seconds: 188, 177, 119, 111, 103, 41, 32,
-# 26, 26, 22, 13, 13, 12, 11); the rest take a few seconds each. xdist hands whole modules to its workers in
-# collection order (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests),
-# so starting with the longest keeps one worker from running the Slurm module alone at the end while the other waits.
-LONGEST_MODULES = ("test_run_folder.py", "test_slurm.py", "test_train.py", "test_sweep.py", "test_search.py",
-                   "test_baseline.py", "test_benchmark.py", "test_cli_errors.py", "test_tokenizer.py",
-                   "test_tracking.py", "test_inputs.py", "test_inference.py", "test_settings.py", "test_resume.py")
+# Modules by their time in a full run on 2 cores, longest first (seconds: 173, 117, 103, 102, 67, 42, 36, 24, 21, 17,
+# 10); the rest take a few seconds each. xdist hands whole modules to its workers in collection order
+# (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests), so starting with the
+# longest keeps one worker from running a long module alone at the end while the other waits. The Slurm module goes
+# first: much of its time is Slurm's scheduling and requeue delays, when the other worker has the cores.
+LONGEST_MODULES = ("test_slurm.py", "test_train.py", "test_sweep.py", "test_run_folder.py", "test_search.py",
+                   "test_baseline.py", "test_benchmark.py", "test_tokenizer.py", "test_tracking.py",
+                   "test_cli_errors.py", "test_resume.py", "test_inputs.py", "test_inference.py", "test_settings.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -137,10 +139,10 @@ def train_in_process(run_dir: Path, *overrides: str, data_dir: Path, **kwargs):
 
 def run_cli(module: str, *overrides: str, data_dir: Path | None = None, cwd: Path = REPO,
             env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it; `env` adds variables."""
+    """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it; `env` adds variables. The
+    process is forked from a preloaded interpreter (tests/commands.py) where `env` allows it."""
     env = os.environ | ({"BBC_NEWS_PATH": str(data_dir)} if data_dir else {}) | (env or {})
-    return subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return commands.run(["-m", module, *overrides], cwd=cwd, env=env, timeout=timeout)
 
 
 def run_train(*overrides: str, data_dir: Path, **kwargs) -> subprocess.CompletedProcess:

@@ -1,9 +1,8 @@
 """The TF-IDF baseline: the training runs' splits and tokenizer, the same data settings on the same command line,
 and a run folder that the summaries table next to the attention runs."""
 
-import subprocess
-import sys
 
+import commands
 import numpy as np
 import pandas as pd
 import pytest
@@ -114,11 +113,9 @@ def test_wordpiece_baseline_uses_the_same_splits_and_tokenizer_and_is_strong(dat
 def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summary(data_dir, tmp_path):
     sweep = tmp_path / "runs"
     # A mistake, alongside (each command spends seconds importing; this machine has two cores).
-    mistake = subprocess.Popen([sys.executable, "scripts/baseline_tfidf.py", "features=word"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    result = subprocess.run([sys.executable, "scripts/baseline_tfidf.py", "-m", f"data.path={data_dir}",
-                             "features=words", "seed=0,1", f"hydra.sweep.dir={sweep}"], cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
+    mistake = commands.start(["scripts/baseline_tfidf.py", "features=word"], cwd=REPO)
+    result = commands.run(["scripts/baseline_tfidf.py", "-m", f"data.path={data_dir}", "features=words", "seed=0,1",
+                           f"hydra.sweep.dir={sweep}"], cwd=REPO, timeout=600)
     _, mistake_stderr = mistake.communicate(timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = pd.read_csv(sweep / "summary.csv")  # the end-of-sweep summary, as for training sweeps

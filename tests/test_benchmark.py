@@ -1,10 +1,9 @@
 """The benchmark runs end to end in its quick form, and counts FLOPs the way its report claims."""
 
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import commands
 import pandas as pd
 import pytest
 
@@ -100,13 +99,12 @@ def test_the_naive_memory_estimate_is_the_documented_13_gb_at_t_2048():
 def ran(data_dir, tmp_path_factory):
     """Both scripts, side by side (each spends seconds importing; this machine has two cores)."""
     out = tmp_path_factory.mktemp("benchmark")
-    commands = {"benchmark": (["scripts/benchmark.py", "--quick", "--devices", "cpu", "--out", str(out)], {}),
-                "profile": (["scripts/profile_step.py", "experiment=smoke", "trainer.batch_size=4"],
-                            {"BBC_NEWS_PATH": str(data_dir)})}
+    scripts = {"benchmark": (["scripts/benchmark.py", "--quick", "--devices", "cpu", "--out", str(out)], {}),
+               "profile": (["scripts/profile_step.py", "experiment=smoke", "trainer.batch_size=4"],
+                           {"BBC_NEWS_PATH": str(data_dir)})}
     with ThreadPoolExecutor(2) as pool:
-        futures = {name: pool.submit(subprocess.run, [sys.executable, *args], cwd=REPO, capture_output=True,
-                                     text=True, timeout=600, env=os.environ | env)
-                   for name, (args, env) in commands.items()}
+        futures = {name: pool.submit(commands.run, args, cwd=REPO, env=os.environ | env, timeout=600)
+                   for name, (args, env) in scripts.items()}
         return {name: future.result() for name, future in futures.items()} | {"out": out}
 
 

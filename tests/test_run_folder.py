@@ -7,11 +7,10 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
+import commands
 import pytest
 import torch
 import yaml
@@ -125,8 +124,7 @@ KILLER = textwrap.dedent("""
 def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(point, data_dir, tmp_path,
                                                                                 uninterrupted):
     run_dir = tmp_path / "run"
-    killed = subprocess.run([sys.executable, "-c", KILLER, point, str(run_dir), str(data_dir), *COMMON], cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
+    killed = commands.run(["-c", KILLER, point, str(run_dir), str(data_dir), *COMMON], cwd=REPO, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert run_folder.read_status(run_dir)["state"] == run_folder.RUNNING
     assert run_folder.folder_state(run_dir) == run_folder.INTERRUPTED  # nobody holds its lock: it was killed
@@ -141,9 +139,8 @@ def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(
 def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, uninterrupted):
     run_dir = tmp_path / "run"
     env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
-    command = [sys.executable, "-m", "train", *COMMON[:-1], "trainer.epochs=3", "pe=true", f"hydra.run.dir={run_dir}"]
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    command = ["-m", "train", *COMMON[:-1], "trainer.epochs=3", "pe=true", f"hydra.run.dir={run_dir}"]
+    process = commands.start(command, cwd=REPO, env=env)
     while not (run_dir / "last.pt").exists() and process.poll() is None:
         time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
@@ -151,7 +148,7 @@ def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, un
     assert run_folder.read_status(run_dir)["state"] == run_folder.INTERRUPTED
     stopped = RunMetrics.read(run_dir / "metrics.json")  # what was trained is reported, and why it stopped
     assert stopped.interrupted_by == "SIGTERM" and stopped.epochs == len(rows(run_dir)) >= 1
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = commands.run(command, cwd=REPO, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "continuing the run in" in done.stdout
     assert_same_as_uninterrupted(run_dir, RunMetrics.read(run_dir / "metrics.json"), uninterrupted)
@@ -253,9 +250,8 @@ def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uni
 def sweep(sweep_dir, *extra, data_dir):
     """`python -m train -m` over two variants into `sweep_dir`, started in the background."""
     env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
-    return subprocess.Popen([sys.executable, "-m", "train", "-m", "model=naive,efficient", *COMMON, *extra,
-                             f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return commands.start(["-m", "train", "-m", "model=naive,efficient", *COMMON, *extra,
+                           f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, env=env, merge_stderr=True)
 
 
 @pytest.mark.slow

@@ -8,11 +8,10 @@ import os
 import re
 import shlex
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import asdict
 
+import commands
 import pytest
 import yaml
 
@@ -277,8 +276,7 @@ def worker_command(study_dir, data_dir, n_trials, epochs=3, *extra):
 
 
 def start_worker(command):
-    return subprocess.Popen([sys.executable, *command], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return commands.start(command, cwd=REPO, merge_stderr=True)
 
 
 def load_tiny_study(study_dir):

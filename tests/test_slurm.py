@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import commands
 import pandas as pd
 import pytest
 
@@ -98,10 +99,9 @@ def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(
     launchers, sweeps = {}, {}
     for signal_name in INTERRUPTS:
         sweeps[signal_name] = tmp_path / signal_name
-        launchers[signal_name] = subprocess.Popen(
-            [sys.executable, "-m", "train", *on_slurm(slurm_cluster), *LONG, f"hydra.sweep.dir={sweeps[signal_name]}"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=os.environ | {"BBC_NEWS_PATH": str(data_dir)} | slurm_cluster.env)
+        launchers[signal_name] = commands.start(
+            ["-m", "train", *on_slurm(slurm_cluster), *LONG, f"hydra.sweep.dir={sweeps[signal_name]}"], cwd=REPO,
+            env=os.environ | {"BBC_NEWS_PATH": str(data_dir)} | slurm_cluster.env, merge_stderr=True)
     try:
         jobs = {}
         for signal_name, command in INTERRUPTS.items():

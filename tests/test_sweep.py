@@ -5,12 +5,11 @@ import importlib
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import commands
 import numpy as np
 import pandas as pd
 import pytest
@@ -69,8 +68,7 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
 
     # scripts/summarize.py gives the same summary for the same folder.
     (sweep / "summary.csv").unlink()
-    result = subprocess.run([sys.executable, "scripts/summarize.py", str(sweep)], cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
+    result = commands.run(["scripts/summarize.py", str(sweep)], cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "## Failed runs" in result.stdout and "has a single class" in result.stdout
     pd.testing.assert_frame_equal(pd.read_csv(sweep / "summary.csv"), runs)
