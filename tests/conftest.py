@@ -2,6 +2,8 @@
 composed and run in-process, one tiny trained run shared by the tests that only read a run folder, and reference
 computations that check a run's files against its own model and data."""
 
+import copy
+import functools
 import hashlib
 import importlib
 import os
@@ -124,7 +126,19 @@ def compose_config(overrides: list[str] = (), app: str = "train", hydra_config: 
 
 
 def settings_for(*overrides: str, app: str = "train"):
-    """The typed settings `python -m <app> <overrides>` would run with (problems raise UserError)."""
+    """The typed settings `python -m <app> <overrides>` would run with (problems raise UserError): a copy of their
+    first composition in this session, for composing takes most of a second and the same overrides recur in many
+    tests. The configs do not change during a session; the variables they read are part of the key."""
+    return copy.deepcopy(_composed(app, overrides, *(os.environ.get(name) for name in CONFIG_VARIABLES)))
+
+
+# What configs/ reads with ${oc.env:NAME,...}.
+CONFIG_VARIABLES = sorted({name for path in CONFIG_DIR.rglob("*.yaml")
+                           for name in re.findall(r"oc\.env:(\w+)", path.read_text())})
+
+
+@functools.cache
+def _composed(app: str, overrides: tuple[str, ...], *variables: str | None):
     from mha_textclf import cli
 
     return cli.compose_settings(app, overrides)

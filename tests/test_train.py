@@ -7,11 +7,10 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import commands
 import numpy as np
 import pandas as pd
 import pytest
@@ -482,16 +481,17 @@ TIMES = {"train_seconds", "eval_seconds", "elapsed_train_seconds"}
 
 @pytest.mark.slow
 def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbers(data_dir, tmp_path):
-    """Each process trains its own tokenizer into its own empty cache: same ids, so the same run, digit for digit."""
+    """Each process trains its own tokenizer into its own empty cache: same ids, so the same run, digit for digit.
+    One is a fresh interpreter, the other forked from the tests' preloaded one (tests/commands.py): two hash seeds,
+    two histories of imports."""
     processes = {}
     for name in ("a", "b"):
         env = os.environ | {"BBC_NEWS_PATH": str(data_dir), "MHA_TEXTCLF_CACHE": str(tmp_path / f"cache-{name}")}
-        processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "train", *SMOKE, "trainer.num_threads=1", "probes.attention=[]",
-             f"hydra.run.dir={tmp_path / name}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True)
+        processes[name] = commands.start(["-m", "train", *SMOKE, "trainer.num_threads=1", "probes.attention=[]",
+                                          f"hydra.run.dir={tmp_path / name}"], cwd=REPO, env=env, fresh=name == "a")
     for process in processes.values():
-        assert process.wait(timeout=600) == 0, process.stderr.read()[-3000:]
+        _, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr[-3000:]
     tables = {name: pd.read_csv(tmp_path / name / "history.csv", dtype=str) for name in processes}
     assert len(tables["a"]) == 2
     pd.testing.assert_frame_equal(tables["a"].drop(columns=list(TIMES)), tables["b"].drop(columns=list(TIMES)))
