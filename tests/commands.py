@@ -8,7 +8,8 @@ and then runs as `python` would run it: `-m module` through runpy with sys.argv 
 them, `script.py` likewise, `-c code` in a fresh `__main__`; in the folder and with the variables asked for; its
 stdout and stderr in files, its exit code Python's (a SystemExit's code, 1 and a traceback for an exception,
 -signal when a signal ends it), atexit handlers run. The process is real, so signals, exit codes, files and
-concurrency are what they are for a user; what it skips is re-importing libraries already imported.
+concurrency are what they are for a user; what it skips is re-importing libraries already imported. Forked commands
+share the server's hash seed and imports: a test about what differs between processes starts a fresh one.
 
 Some variables are read once, when a library is imported (HF_HUB_OFFLINE, HF_HOME, PYTHONPROFILEIMPORTTIME...). A
 command whose variables differ from the server's in any but RUNTIME_VARIABLES, read only while a command runs,

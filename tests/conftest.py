@@ -43,14 +43,14 @@ def optional(module: str, extra: str):
     return pytest.importorskip(module, reason=f'the {extra} extra: pip install -e ".[{extra}]"')
 
 
-# Modules by their time in a full run on 2 cores, longest first (seconds: 173, 117, 103, 102, 67, 42, 36, 24, 21, 17,
-# 10); the rest take a few seconds each. xdist hands whole modules to its workers in collection order
+# Modules by their time in a full run on 2 cores, longest first (seconds: 135, 83, 82, 73, 58, 31, 24, 18, 12, 11,
+# 10, 8, 7); the rest take a few seconds each. xdist hands whole modules to its workers in collection order
 # (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests), so starting with the
 # longest keeps one worker from running a long module alone at the end while the other waits. The Slurm module goes
 # first: much of its time is Slurm's scheduling and requeue delays, when the other worker has the cores.
-LONGEST_MODULES = ("test_slurm.py", "test_train.py", "test_sweep.py", "test_run_folder.py", "test_search.py",
-                   "test_baseline.py", "test_benchmark.py", "test_tokenizer.py", "test_tracking.py",
-                   "test_cli_errors.py", "test_resume.py", "test_inputs.py", "test_inference.py", "test_settings.py")
+LONGEST_MODULES = ("test_slurm.py", "test_train.py", "test_search.py", "test_sweep.py", "test_run_folder.py",
+                   "test_baseline.py", "test_tokenizer.py", "test_benchmark.py", "test_cli_errors.py",
+                   "test_tracking.py", "test_resume.py", "test_settings.py", "test_inputs.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
