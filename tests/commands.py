@@ -67,7 +67,6 @@ class Command:
         weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
         self._stdout = self._folder / "stdout"
         self._stderr = self._stdout if merge_stderr else self._folder / "stderr"
-        self._merged = merge_stderr
         self._process = _forkserver().Process(target=_run_as_python,
                                               args=(argv, str(cwd), env, str(self._stdout), str(self._stderr)))
         self._process.start()
@@ -96,7 +95,8 @@ class Command:
     def communicate(self, timeout: float | None = None) -> tuple[str, str | None]:
         self.wait(timeout)
         out = self._stdout.read_text(errors="replace") if self._stdout.exists() else ""
-        err = None if self._merged else (self._stderr.read_text(errors="replace") if self._stderr.exists() else "")
+        err = None if self._stderr == self._stdout else (
+            self._stderr.read_text(errors="replace") if self._stderr.exists() else "")
         return out, err
 
 
