@@ -49,8 +49,13 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
             expected = run.model(ids).softmax(-1)[0].numpy()
         np.testing.assert_allclose(row, expected, atol=1e-6)
     assert table["predicted"].tolist() == [run.class_names[i] for i in probabilities.argmax(axis=1)]
-    for text in PROBES:
-        assert text in result.stdout
+    # The printed table: one row per text, the probability of each class (4 decimals), then the predicted class.
+    header, *rows = result.stdout.strip().splitlines()
+    assert header.split() == ["text", *run.class_names, "predicted"]
+    assert len(rows) == len(PROBES)
+    for text, row, predicted, line in zip(PROBES, probabilities, table["predicted"], rows, strict=True):
+        assert line.strip().startswith(text)
+        assert line.strip()[len(text):].split() == [f"{p:.4f}" for p in row] + [predicted]
 
 
 def test_predict_reads_a_file(runs, tmp_path):
