@@ -114,6 +114,16 @@ def test_run_folder_is_named_by_time_model_and_pe():
     assert cfg.hydra.job.chdir is False
 
 
+def test_a_baseline_lands_in_its_own_folder_under_outputs_baselines():
+    """docs/comparing.md: the TF-IDF reference writes into its own folder under outputs/baselines/, named by its
+    features and seed, so that scripts/summarize.py outputs tables it beside the training runs."""
+    cfg = compose_config(["features=chars", "seed=2"], app="baseline", hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    run_dir = cfg.hydra.run.dir
+    assert run_dir.startswith("outputs/baselines/") and run_dir.endswith("_tfidf-chars_seed-2")
+    assert cfg.hydra.sweep.dir.startswith("outputs/baselines/")
+
+
 def test_experiment_best_is_a_delta_over_the_defaults():
     default, best = settings_for(), settings_for("experiment=best")
     assert best.model.cls_only and not default.model.cls_only
