@@ -72,6 +72,16 @@ def test_char_features_find_the_class_inside_text_without_spaces_where_word_feat
     assert (metrics.val.accuracy, metrics.test.accuracy) == (1.0, 1.0)
 
 
+def test_char_features_are_up_to_4_grams(tmp_path):
+    """"ababba" and "abbaba" have the same characters, character pairs and triples, each as often: only their
+    4-grams ("abab", "babb", "abba" against "abba", "bbab", "baba") tell them apart."""
+    texts = ("ababba", "abbaba")
+    order = write_jsonl(tmp_path / "order", {split: [{"text": text, "label": text} for text in texts for _ in range(n)]
+                                             for split, n in (("train", 8), ("test", 2))})
+    metrics = run_baseline(settings_for(f"data.path={order}", "features=chars", app="baseline"), tmp_path / "chars")
+    assert (metrics.val.accuracy, metrics.test.accuracy) == (1.0, 1.0)
+
+
 def test_word_features_are_bigrams_too(tmp_path):
     """"cat dog" and "dog cat" have the same words: only the bigram tells them apart (unigrams alone: chance)."""
     order = write_jsonl(tmp_path / "order", {split: [{"text": text, "label": text} for text in ("cat dog", "dog cat")
