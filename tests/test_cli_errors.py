@@ -105,13 +105,16 @@ def test_help_describes_every_setting(ran):
     assert "logger: many, mlflow, tensorboard" in result.stdout
 
 
-@pytest.mark.parametrize("app", ["predict", "search"])
+@pytest.mark.parametrize("app", ["predict", "search", "baseline"])
 def test_the_other_commands_help_pages_describe_their_settings(app):
     """The page `python -m <app> --help` prints (Hydra prints the composed template; `train`'s is run above)."""
     page = compose_config([], app=app, hydra_config=True).hydra.help.template
     assert "== Settings (key=value; default; meaning) ==" in page
     if app == "search":
         assert "hparams_search: accuracy" in page and "n_trials" in page
+    elif app == "baseline":  # scripts/baseline_tfidf.py --help: the data settings training takes, and its features
+        assert "data: bbc_news, chinese_reviews" in page and "data.text_column" in page
+        assert "features" in page and "wordpiece" in page and "model:" not in page
     else:
         assert "run_dir" in page and "model:" not in page
 
