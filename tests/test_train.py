@@ -207,6 +207,17 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
     assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
 
 
+def test_the_time_to_accuracy_setting_chooses_the_levels(tmp_path, data_dir):
+    """docs/performance.md: the top-level setting `time_to_accuracy` chooses the levels metrics.json reports."""
+    metrics = train_in_process(tmp_path, *SMOKE, "probes.attention=[]", "probes.order=[]",
+                               "time_to_accuracy=[0.01,0.3,0.999]", data_dir=data_dir)
+    rows = history(tmp_path)
+    expected = {f"{level:g}": next((r["elapsed_train_seconds"] for r in rows if r["val_accuracy"] >= level), None)
+                for level in (0.01, 0.3, 0.999)}
+    assert expected["0.01"] is not None and expected["0.999"] is None  # (one level reached, one not)
+    assert metrics.time_to_accuracy == RunMetrics.read(tmp_path / "metrics.json").time_to_accuracy == expected
+
+
 def test_unk_rate_counts_each_splits_unknown_tokens_as_the_model_sees_them_and_a_high_one_says_what_to_set(
         tmp_path, caplog):
     """Chinese characters, 20 frequent and 80 rare, in a 60-token vocabulary: the rare ones become [UNK]. unk_rate in
