@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,6 +13,7 @@ from conftest import logits_one_by_one, run_cli, run_train, settings_for, train_
 from mha_textclf.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, predict, predict_proba
+from mha_textclf.reports import slug
 from mha_textclf.tokenizer import encode, train_tokenizer
 
 PROBES = ["how are you", "you how are"]
@@ -186,3 +188,29 @@ def test_a_model_trained_on_gpu_predicts_on_cpu(data_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     result = run_cli("predict", f"run_dir={folder}", "device=cpu", f"text={json.dumps(PROBES)}")
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_every_attention_probe_gets_its_heatmap_and_the_order_probe_its_texts(smoke_run, tmp_path, monkeypatch):
+    """docs/predict.md: attention_<slug>.png for each sentence in probes.attention, and order_probe.json for the texts
+    of probes.order, from the run's model (here the shared run's, written into a folder of this test's own)."""
+    from matplotlib.figure import Figure
+
+    from mha_textclf.pipeline import write_probes
+
+    drawn = {}
+    monkeypatch.setattr(Figure, "savefig", lambda figure, fname, *a, **k: drawn.__setitem__(Path(fname).name, figure))
+    sentences = ["The striker scored!", "the minister said no"]
+    order = ["the striker scored", "scored the striker", "striker the scored"]
+    settings = settings_for(f"probes.attention={json.dumps(sentences)}", f"probes.order={json.dumps(order)}")
+    run = load_run(smoke_run.dir)
+    write_probes(settings, tmp_path, run.model, run.tokenizer, run.class_names)
+    assert sorted(drawn) == ["attention_the_minister_said_no.png", "attention_the_striker_scored.png"]
+    for sentence in sentences:
+        _, weights = attention_map(run.model, run.tokenizer, sentence)
+        panels = [ax for ax in drawn[f"attention_{slug(sentence)}.png"].axes if ax.images]
+        for ax, expected in zip(panels, [*weights, weights.mean(axis=0)], strict=True):
+            np.testing.assert_allclose(ax.images[0].get_array(), expected, atol=1e-6)
+    probe = json.loads((tmp_path / "order_probe.json").read_text())
+    expected = logits_one_by_one(run.model, run.tokenizer, order).softmax(-1).numpy()
+    assert probe["texts"] == order and list(probe["probabilities"]) == order
+    assert probe["max_abs_difference"] == pytest.approx(np.abs(expected - expected[0]).max(), abs=1e-6)
