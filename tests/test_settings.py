@@ -175,6 +175,23 @@ def test_help_lists_every_setting_with_its_default():
     assert "one of constant | linear | cosine" in " ".join(table.split())  # the choices, whatever the line breaks
 
 
+def test_help_gives_every_setting_its_meaning_and_its_valid_values():
+    """`python -m train --help`: every setting with its meaning (the schema's help text) and, where the schema bounds
+    it, its range or its choices."""
+    lines = help_table(TrainSettings).splitlines()
+    starts = [i for i, line in enumerate(lines) if line[2:3] != " "]
+    entries = {lines[i].split()[0]: " ".join(" ".join(lines[i:j]).split())
+               for i, j in zip(starts, [*starts[1:], len(lines)], strict=True)}
+    assert set(entries) == set(known_keys(TrainSettings))
+    for key, entry in entries.items():
+        found = lookup(TrainSettings, key)
+        if isinstance(found, tuple):  # (model.attention is chosen with model=...)
+            assert " ".join(found[1].metadata["help"].split()) in entry, entry
+    assert entries["model.dropout"].endswith("range [0,1)") and entries["model.d_model"].endswith("range >0")
+    assert entries["model.token_dropout_keep"].endswith("range ≥0")
+    assert entries["trainer.schedule"].endswith("one of constant | linear | cosine")
+
+
 def test_overrides_parse_like_hydra():
     (override,) = OverridesParser.create().parse_overrides(["+trainer.lr=1e-3"])
     assert cli.check_override(TrainSettings, override) == []
