@@ -130,6 +130,8 @@ def test_experiment_best_is_a_delta_over_the_defaults():
     assert best.data.max_length > default.data.max_length
     assert best.trainer.epochs > default.trainer.epochs
     assert best.trainer.lr == default.trainer.lr  # everything not named in best.yaml stays the default
+    # What docs/results.md and docs/performance.md say it is: pe=false, 1024 tokens, 24 epochs, cls_only.
+    assert (best.pe, best.data.max_length, best.trainer.epochs) == (False, 1024, 24)
     # experiment comes after _self_ in the defaults list, yet the command line still wins over it.
     naive = settings_for("experiment=best", "model=naive", "pe=true")
     assert naive.model.attention == "naive" and naive.model.cls_only and naive.pe
