@@ -4,6 +4,7 @@ folder that continues to the uninterrupted result, every epoch once."""
 import csv
 import dataclasses
 import json
+import logging
 import os
 import re
 import signal
@@ -335,8 +336,10 @@ def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path
 
 
 @pytest.mark.slow
-def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_command_continues(data_dir, tmp_path):
+def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_command_continues(data_dir, tmp_path,
+                                                                                             caplog):
     run_dir, command = tmp_path / "run", ["tokenizer.vocab_size=null", "experiment=smoke", "probes.attention=[]"]
+    caplog.set_level(logging.INFO)
     metrics = train_in_process(run_dir, *command, data_dir=data_dir)
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     decided = config["tokenizer"]["vocab_size"]
@@ -344,6 +347,7 @@ def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_comma
     fresh = dataclasses.replace(settings_for(*command).tokenizer, cache_dir=str(tmp_path / "fresh"))  # counted anew
     expected, why = resolve_vocab_size(run_split(run_dir, "train").texts, fresh)
     assert decided == expected.vocab_size and metrics.adapted == {"tokenizer.vocab_size": f"{decided}: {why}"}
+    assert f"tokenizer.vocab_size={decided} (null: {why})" in caplog.text  # logged, as docs/configuration.md shows
     assert RunMetrics.read(run_dir / "metrics.json").adapted == metrics.adapted
     assert torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]["tokenizer"]["vocab_size"] \
         == decided
