@@ -37,6 +37,7 @@ def ran(data_dir, tmp_path_factory):
         "offline": ("train", [*TINY, "data.path=SetFit/bbc-news", f"hydra.run.dir={folder['offline']}"],
                     {"HF_HUB_OFFLINE": "1"}),
         "predict": ("predict", ["run_dir=nowhere", "text=123"], {}),
+        "predict_run_dir": ("predict", ["run_dir=nowhere", "text=hello"], {}),  # found once predict runs
         "help": ("train", ["--help"], {}),
     }
     if not torch.cuda.is_available():  # (with a GPU, this would train)
@@ -93,6 +94,10 @@ def test_predict_mistakes(ran):
     result = ran["predict"]
     assert result.returncode == 2 and "Traceback" not in output(result)
     assert "text=123: was read as int, not as text" in output(result)
+    # A mistake only predict itself can find (the folder is not there) exits with 2 as well.
+    result = ran["predict_run_dir"]
+    assert result.returncode == 2 and "Traceback" not in output(result)
+    assert "run_dir=nowhere is not a folder" in output(result)
 
 
 @pytest.mark.slow
