@@ -151,10 +151,10 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
         tmp_path, monkeypatch):
     """Seeds vary the model, not the data: on a corpus with a validation split of its own (so that the seed changes no
     split), each seed starts from its own weights and draws its own order of training batches. A training batch holds
-    trainer.batch_size texts; evaluation batches come in length order with data.group_by_length, else in the data's
-    order."""
+    trainer.batch_size texts, and so does an evaluation batch (docs/performance.md: evaluation keeps the training
+    batch size); evaluation batches come in length order with data.group_by_length, else in the data's order."""
     rows = {split: [{"text": f"{('red', 'blue')[i % 2]} text {i}" + " word" * (i % 7), "label": i % 2}
-                    for i in range(n)] for split, n in (("train", 40), ("validation", 8), ("test", 8))}
+                    for i in range(n)] for split, n in (("train", 40), ("validation", 20), ("test", 20))}
     folder = write_jsonl(tmp_path / "data", rows)
     real_loaders, real_build = train_module.make_loaders, train_module.build_model
     seen = {}
@@ -164,6 +164,7 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
         seen["train"] = [b["input_ids"].tolist() for b in loaders["train"]]  # (its generator: this run ends here)
         seen["val"] = [(ids[~padding].tolist(), label) for b in loaders["val"] for ids, padding, label in zip(
             b["input_ids"], b["padding_mask"], b["labels"].tolist(), strict=True)]  # each text's tokens, unpadded
+        seen["eval sizes"] = [[len(b["labels"]) for b in loaders[split]] for split in ("val", "test")]
         return loaders
 
     def build_model(*args):
@@ -186,8 +187,9 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
                for name, t in runs["seed 0"]["weights"].items())
     grouped, in_order = runs["seed 0"]["val"], runs["in data order"]["val"]
     lengths = [len(ids) for ids, _ in grouped]
-    assert lengths == sorted(lengths) and [label for _, label in in_order] == [i % 2 for i in range(8)]
+    assert lengths == sorted(lengths) and [label for _, label in in_order] == [i % 2 for i in range(20)]
     assert sorted(grouped) == sorted(in_order) and grouped != in_order  # the same texts, in another order
+    assert runs["seed 0"]["eval sizes"] == runs["in data order"]["eval sizes"] == [[8, 8, 4]] * 2
 
 
 def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, data_dir):
