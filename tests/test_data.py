@@ -280,6 +280,8 @@ def test_an_unreachable_hub_is_said_at_once_with_what_to_do(monkeypatch):
     with pytest.raises(UserError, match="Cannot reach the Hugging Face hub") as info:
         load("SetFit/bbc-news")
     assert "set data.path=<folder>" in str(info.value)
+    # docs/configuration.md's other way out: a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1.
+    assert "a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1" in str(info.value)
 
 
 def test_a_hub_id_that_does_not_exist_is_named(monkeypatch):
