@@ -7,6 +7,7 @@ import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import commands
@@ -568,6 +569,10 @@ def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
     assert {(j["host"], j["pid"]) for j in record["jobs"]} == {(socket.gethostname(), os.getpid())}
     assert record["wall_seconds"] >= sum(j["wall_seconds"] for j in record["jobs"])  # one after another
     assert json.loads((sweep / "0_seed-0" / "job.json").read_text())["overrides"] == ["seed=0"]
+    # Every time carries its UTC offset, so that the jobs of a sweep on several machines compare.
+    stamps = [record["started_at"], record["ended_at"],
+              *(job[key] for job in record["jobs"] for key in ("started_at", "ended_at"))]
+    assert all(datetime.fromisoformat(stamp).utcoffset() is not None for stamp in stamps), stamps
 
     text = (sweep / "summary.md").read_text()
     assert f"Wall time {record['wall_seconds']:,.1f} s" in text
