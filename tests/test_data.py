@@ -248,6 +248,11 @@ def test_length_grouped_batches_cover_everything_once_with_less_padding():
     assert [b for b, _ in first] != [b for b, _ in second]  # a new order every epoch...
     assert {tuple(sorted(b)) for b, _ in first} != {tuple(sorted(b)) for b, _ in second}  # ...and new batches
     assert epochs(0, grouped=True)[0] == [first, second]  # ...that is a function of the seed
+    # The batches themselves are shuffled: each chunk of 4 batches (32 texts, sorted by length) does not come out
+    # longest first, as it would unshuffled.
+    longest = [max(lengths[i] for i in batch) for batch, _ in first]
+    chunks = [longest[k : k + 4] for k in range(0, 36, 4)]
+    assert any(chunk != sorted(chunk, reverse=True) for chunk in chunks), chunks
     grouped_padding = sum(p for _, p in first)
     plain_padding = sum(p for _, p in epochs(0, grouped=False)[0][0])
     assert grouped_padding < plain_padding / 2
