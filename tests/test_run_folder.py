@@ -155,11 +155,16 @@ def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, un
     assert "continuing the run in" in done.stdout
     assert_same_as_uninterrupted(run_dir, RunMetrics.read(run_dir / "metrics.json"), uninterrupted)
     assert "pe=true" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    # train.log, Hydra's log of both starts: one line per finished epoch, each epoch once, with its numbers.
-    logged = re.findall(r"epoch (\d+)/3: train_loss \S+  val_loss (\S+)  val_accuracy (\S+)",
-                        (run_dir / "train.log").read_text())
-    assert [(int(e), float(loss), float(accuracy)) for e, loss, accuracy in logged] == [
-        (int(r["epoch"]), round(float(r["val_loss"]), 4), round(float(r["val_accuracy"]), 4)) for r in rows(run_dir)]
+    # train.log, Hydra's log of both starts: one line per finished epoch, each epoch once, with its numbers: the
+    # losses, validation accuracy, learning rate, and the training and validation seconds (docs/runs.md).
+    logged = re.findall(r"epoch (\d+)/3: train_loss (\S+)  val_loss (\S+)  val_accuracy (\S+)  lr (\S+)  "
+                        r"\(train (\S+)s, val (\S+)s\)", (run_dir / "train.log").read_text())
+    with (run_dir / "history.csv").open() as f:
+        history = list(csv.DictReader(f))
+    assert [tuple(map(float, line)) for line in logged] == [
+        (int(r["epoch"]), *(round(float(r[c]), 4) for c in ("train_loss", "val_loss", "val_accuracy")),
+         float(f"{float(r['lr']):.2e}"), *(round(float(r[c]), 1) for c in ("train_seconds", "eval_seconds")))
+        for r in history]
 
 
 @pytest.mark.slow
