@@ -163,6 +163,19 @@ def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
     assert groups.loc["0.3", "val_accuracy_mean"] == pytest.approx(0.75)
 
 
+def test_summary_csv_is_the_runs_table_with_a_column_for_every_setting_that_differs(tmp_path):
+    """docs/comparing.md: summary.csv is the per-run table, every setting that differs between runs a column (read
+    from each run's config.yaml); what is the same in every run, or only where things are, is not."""
+    for i, dropout in enumerate([0.1, 0.3, 0.3]):
+        fake_run(tmp_path / f"{i}_run", seed=i, model__dropout=dropout)
+    write_summary(tmp_path)
+    written = pd.read_csv(tmp_path / "summary.csv", dtype=str)
+    assert written["model.dropout"].tolist() == ["0.1", "0.3", "0.3"]
+    assert written.columns[written.columns.get_loc("seed") + 1] == "model.dropout"
+    assert not {"tokenizer.base", "tokenizer.cache_dir"} & set(written.columns)  # the same everywhere; a location
+    assert written["run_dir"].tolist() == ["0_run", "1_run", "2_run"]
+
+
 def test_seeds_whose_vocabulary_size_adapted_to_their_split_are_one_group(tmp_path):
     """tokenizer.vocab_size=null decides a size per training split, so seeds of one command may differ: they are one
     group; sizes that were asked for are not."""
