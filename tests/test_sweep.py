@@ -580,6 +580,11 @@ def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
                for j in record["jobs"])  # beside what each run measured (fake_run: 1.0 s training, 0.1 s validation)
     assert {(j["host"], j["pid"]) for j in record["jobs"]} == {(socket.gethostname(), os.getpid())}
     assert record["wall_seconds"] >= sum(j["wall_seconds"] for j in record["jobs"])  # one after another
+    # Its start and end bracket every job's, and are the wall time apart (two clocks, read moments apart).
+    start, end = pd.Timestamp(record["started_at"]), pd.Timestamp(record["ended_at"])
+    assert start <= min(pd.Timestamp(j["started_at"]) for j in record["jobs"])
+    assert end >= max(pd.Timestamp(j["ended_at"]) for j in record["jobs"])
+    assert (end - start).total_seconds() == pytest.approx(record["wall_seconds"], abs=0.1)
     assert json.loads((sweep / "0_seed-0" / "job.json").read_text())["overrides"] == ["seed=0"]
 
     text = (sweep / "summary.md").read_text()
