@@ -264,6 +264,14 @@ def test_slurm_config_composes_over_submitit():
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert cfg.hydra.launcher.partition == "gpu" and cfg.hydra.launcher.cpus_per_task == 4
+    # docs/cluster.md: each job's defaults are 4 CPUs, 16 GB, 60 minutes, up to 3 requeues at the time limit, the
+    # warning signal 120 s before it; and any key can be overridden on the command line.
+    job = cfg.hydra.launcher
+    assert (job.mem_gb, job.timeout_min, job.max_num_timeout, job.signal_delay_s) == (16, 60, 3, 120)
+    assert job.gpus_per_node == 0 and job.nodes == job.tasks_per_node == 1
+    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.mem_gb=1",
+                          "hydra.launcher.timeout_min=30", "hydra.launcher.qos=high"], hydra_config=True)
+    assert (cfg.hydra.launcher.mem_gb, cfg.hydra.launcher.timeout_min, cfg.hydra.launcher.qos) == (1, 30, "high")
 
 
 def test_the_sweep_legend_lists_only_the_values_the_sweep_has(tmp_path):
