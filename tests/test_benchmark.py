@@ -53,6 +53,17 @@ def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkey
     assert len(calls) == timed + 1  # the warm-up step, untimed
 
 
+def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
+    """docs/performance.md: a case's peak memory is the rise of the process's peak RSS during its steps, not the
+    process's whole footprint (here 500 MB in use before the steps, a peak of 530 MB during them)."""
+    from mha_textclf import benchmark
+
+    monkeypatch.setattr(benchmark, "reset_peak_memory", lambda device: 500.0)
+    monkeypatch.setattr(benchmark, "peak_memory_mb", lambda device: 530.0)
+    row = benchmark.measure(Case("efficient", "full", T=8, B=2, d_model=8, n_heads=2, repeats=1))
+    assert row["peak_mb"] == 30.0
+
+
 def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypatch):
     """run() hands each case (variant × mode × T) to the fresh-process runner, never measures one itself; and the
     naive case past the memory budget is skipped."""

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 from conftest import compose_config, fingerprint, run_cli, write_jsonl
 from mha_textclf import cli
@@ -139,7 +140,7 @@ def test_a_refused_start_leaves_the_folder_as_it_was_and_a_later_failure_is_reco
     or another process holds it), or one left unclaimed by an error, gets neither error.txt nor this command's
     .hydra/; an error once the folder is the run's own is written there. Exit code 2 either way."""
     run_dir = tmp_path / "run"
-    cfg = compose_config([f"hydra.run.dir={run_dir}"], hydra_config=True)
+    cfg = compose_config(["seed=3", f"hydra.run.dir={run_dir}"], hydra_config=True)
     cfg.hydra.runtime.output_dir = str(run_dir)  # (what Hydra sets when the job starts)
     previous = HydraConfig.instance().cfg
     HydraConfig.instance().set_config(cfg)
@@ -166,6 +167,11 @@ def test_a_refused_start_leaves_the_folder_as_it_was_and_a_later_failure_is_reco
             cli.run_job(fails_later, cfg)
         assert exit.value.code == 2
         assert (run_dir / "error.txt").read_text() == "the data has a single class\n"
-        assert (run_dir / ".hydra" / "config.yaml").is_file()
+        # Hydra's record (docs/runs.md): config.yaml unresolved, hydra.yaml, overrides.yaml (the command line's).
+        record = run_dir / ".hydra"
+        assert (record / "config.yaml").read_text() == OmegaConf.to_yaml(cfg)
+        assert "${oc.env:BBC_NEWS_PATH" in (record / "config.yaml").read_text()  # (so that resolving it would show)
+        assert OmegaConf.load(record / "hydra.yaml").hydra.run.dir == str(run_dir)
+        assert OmegaConf.to_container(OmegaConf.load(record / "overrides.yaml")) == ["seed=3"]
     finally:
         HydraConfig.instance().cfg = previous

@@ -114,6 +114,17 @@ def test_run_folder_is_named_by_time_model_and_pe():
     assert cfg.hydra.job.chdir is False
 
 
+def test_a_sweep_job_folder_is_named_by_its_number_and_overrides_without_equals_signs_commas_or_paths(tmp_path):
+    """README/docs/runs.md: sweep jobs land in <sweep>/<job number>_<overrides> (3_model-torch_pe-True_seed-0): no
+    `=` or `,`, so the folder passes back unquoted as run_dir= or resume=; paths, lists, resume and overwrite are
+    left out (a path would nest folders; the same sweep with overwrite=true must land in the same folders)."""
+    cfg = compose_config(["model=torch", "pe=True", "seed=0", f"data.path={tmp_path}", "tokenizer.base=../tok",
+                          f"resume={tmp_path}", "overwrite=true", "probes.order=[a,b]", "trainer.lr=0.001"],
+                         hydra_config=True)
+    assert OmegaConf.to_container(cfg.hydra.sweep)["subdir"] == "${hydra.job.num}_${hydra.job.override_dirname}"
+    assert cfg.hydra.job.override_dirname == "model-torch_pe-True_seed-0_trainer.lr-0.001"
+
+
 def test_a_baseline_lands_in_its_own_folder_under_outputs_baselines():
     """docs/comparing.md: the TF-IDF reference writes into its own folder under outputs/baselines/, named by its
     features and seed, so that scripts/summarize.py outputs tables it beside the training runs."""

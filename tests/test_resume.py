@@ -10,8 +10,9 @@ import signal
 import pytest
 import yaml
 
-from conftest import train_in_process
+from conftest import fingerprint, train_in_process
 from mha_textclf import pipeline as train_module
+from mha_textclf import run_folder
 from mha_textclf.checkpoint import load_training_state
 from mha_textclf.errors import UserError
 from mha_textclf.reports import RunMetrics
@@ -60,7 +61,10 @@ def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path, mon
     assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2
     assert (part / "classification_report_test.txt").exists() and (part / "model.pt").exists()
 
+    before = fingerprint(part)
     final = train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
+    # The resumed run is a new folder; the interrupted one stays as it was (docs/runs.md), and still says so.
+    assert fingerprint(part) == before and run_folder.read_status(part)["state"] == run_folder.INTERRUPTED
     # Bitwise on CPU: every loss and accuracy, every epoch, and the final metrics.
     assert [{k: r[k] for k in COMPARED} for r in rows(resumed)] == [{k: r[k] for k in COMPARED} for r in rows(full)]
     uninterrupted = RunMetrics.read(full / "metrics.json")

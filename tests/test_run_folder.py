@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import textwrap
 import time
 
@@ -154,11 +155,16 @@ def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, un
     assert "continuing the run in" in done.stdout
     assert_same_as_uninterrupted(run_dir, RunMetrics.read(run_dir / "metrics.json"), uninterrupted)
     assert "pe=true" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    # train.log, Hydra's log of both starts: one line per finished epoch, each epoch once, with its numbers.
-    logged = re.findall(r"epoch (\d+)/3: train_loss \S+  val_loss (\S+)  val_accuracy (\S+)",
-                        (run_dir / "train.log").read_text())
-    assert [(int(e), float(loss), float(accuracy)) for e, loss, accuracy in logged] == [
-        (int(r["epoch"]), round(float(r["val_loss"]), 4), round(float(r["val_accuracy"]), 4)) for r in rows(run_dir)]
+    # train.log, Hydra's log of both starts: one line per finished epoch, each epoch once, with its numbers: the
+    # losses, validation accuracy, learning rate, and the training and validation seconds (docs/runs.md).
+    logged = re.findall(r"epoch (\d+)/3: train_loss (\S+)  val_loss (\S+)  val_accuracy (\S+)  lr (\S+)  "
+                        r"\(train (\S+)s, val (\S+)s\)", (run_dir / "train.log").read_text())
+    with (run_dir / "history.csv").open() as f:
+        history = list(csv.DictReader(f))
+    assert [tuple(map(float, line)) for line in logged] == [
+        (int(r["epoch"]), *(round(float(r[c]), 4) for c in ("train_loss", "val_loss", "val_accuracy")),
+         float(f"{float(r['lr']):.2e}"), *(round(float(r[c]), 1) for c in ("train_seconds", "eval_seconds")))
+        for r in history]
 
 
 @pytest.mark.slow
@@ -224,6 +230,22 @@ def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
     with run_folder._lock(run_dir), pytest.raises(RunFolderError, match=r"Another process .* is running in"):
         train_in_process(run_dir, *COMMON, data_dir=data_dir)
     assert list(run_dir.iterdir()) == [run_dir / ".lock"]
+
+
+def test_status_json_names_the_attempt_pid_and_host_and_a_second_start_is_refused_naming_them(tmp_path):
+    """docs/runs.md: status.json holds the state, the attempt, pid and host; a second start while the first holds
+    the folder is refused naming them: "Another process (pid ... on <host>) is running in ...". (The lock is an
+    flock on an open file, so a second claim in this very process is refused as another process's would be.)"""
+    run_dir = tmp_path / "run"
+    settings = settings_for("experiment=smoke")
+    with run_folder.claim(run_dir, settings, []):
+        status = run_folder.read_status(run_dir)
+        assert (status["state"], status["attempt"], status["pid"], status["host"]) == (
+            run_folder.RUNNING, 1, os.getpid(), socket.gethostname())
+        expected = f"Another process (pid {os.getpid()} on {socket.gethostname()}) is running in {run_dir}."
+        with pytest.raises(RunFolderError, match=re.escape(expected)), run_folder.claim(run_dir, settings, []):
+            pytest.fail("a second start got the folder")
+        assert run_folder.folder_state(run_dir) == run_folder.RUNNING  # held: running, not killed
 
 
 def stopped_in_epoch_2(run_dir, data_dir, monkeypatch) -> None:

@@ -199,6 +199,11 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
                        fake_trainer(losses))
     states = [t.state.name for t in study.trials]
     assert "FAIL" in states and states.count("COMPLETE") >= 1 and len(states) == 8
+    # best.json counts the trials by state (docs/search.md), and trials.csv has each trial's, the failed ones too.
+    best = json.loads((tmp_path / "study" / "best.json").read_text())
+    assert best["trials"] == {state.lower(): states.count(state) for state in set(states)}
+    with open(tmp_path / "study" / "trials.csv") as f:
+        assert [row["state"] for row in csv.DictReader(f)] == states
 
 
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):

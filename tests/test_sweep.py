@@ -164,6 +164,19 @@ def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
     assert groups.loc["0.3", "val_accuracy_mean"] == pytest.approx(0.75)
 
 
+def test_summary_csv_is_the_runs_table_with_a_column_for_every_setting_that_differs(tmp_path):
+    """docs/comparing.md: summary.csv is the per-run table, every setting that differs between runs a column (read
+    from each run's config.yaml); what is the same in every run, or only where things are, is not."""
+    for i, dropout in enumerate([0.1, 0.3, 0.3]):
+        fake_run(tmp_path / f"{i}_run", seed=i, model__dropout=dropout)
+    write_summary(tmp_path)
+    written = pd.read_csv(tmp_path / "summary.csv", dtype=str)
+    assert written["model.dropout"].tolist() == ["0.1", "0.3", "0.3"]
+    assert written.columns[written.columns.get_loc("seed") + 1] == "model.dropout"
+    assert not {"tokenizer.base", "tokenizer.cache_dir"} & set(written.columns)  # the same everywhere; a location
+    assert written["run_dir"].tolist() == ["0_run", "1_run", "2_run"]
+
+
 def test_seeds_whose_vocabulary_size_adapted_to_their_split_are_one_group(tmp_path):
     """tokenizer.vocab_size=null decides a size per training split, so seeds of one command may differ: they are one
     group; sizes that were asked for are not."""
@@ -252,6 +265,14 @@ def test_slurm_config_composes_over_submitit():
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert cfg.hydra.launcher.partition == "gpu" and cfg.hydra.launcher.cpus_per_task == 4
+    # docs/cluster.md: each job's defaults are 4 CPUs, 16 GB, 60 minutes, up to 3 requeues at the time limit, the
+    # warning signal 120 s before it; and any key can be overridden on the command line.
+    job = cfg.hydra.launcher
+    assert (job.mem_gb, job.timeout_min, job.max_num_timeout, job.signal_delay_s) == (16, 60, 3, 120)
+    assert job.gpus_per_node == 0 and job.nodes == job.tasks_per_node == 1
+    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.mem_gb=1",
+                          "hydra.launcher.timeout_min=30", "hydra.launcher.qos=high"], hydra_config=True)
+    assert (cfg.hydra.launcher.mem_gb, cfg.hydra.launcher.timeout_min, cfg.hydra.launcher.qos) == (1, 30, "high")
 
 
 def test_the_sweep_legend_lists_only_the_values_the_sweep_has(tmp_path):
@@ -568,6 +589,11 @@ def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
                for j in record["jobs"])  # beside what each run measured (fake_run: 1.0 s training, 0.1 s validation)
     assert {(j["host"], j["pid"]) for j in record["jobs"]} == {(socket.gethostname(), os.getpid())}
     assert record["wall_seconds"] >= sum(j["wall_seconds"] for j in record["jobs"])  # one after another
+    # Its start and end bracket every job's, and are the wall time apart (two clocks, read moments apart).
+    start, end = pd.Timestamp(record["started_at"]), pd.Timestamp(record["ended_at"])
+    assert start <= min(pd.Timestamp(j["started_at"]) for j in record["jobs"])
+    assert end >= max(pd.Timestamp(j["ended_at"]) for j in record["jobs"])
+    assert (end - start).total_seconds() == pytest.approx(record["wall_seconds"], abs=0.1)
     assert json.loads((sweep / "0_seed-0" / "job.json").read_text())["overrides"] == ["seed=0"]
     # Every time carries its UTC offset, so that the jobs of a sweep on several machines compare.
     stamps = [record["started_at"], record["ended_at"],

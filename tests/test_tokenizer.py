@@ -69,6 +69,16 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts[1:], 500, None)
 
 
+@pytest.mark.parametrize("library", ["tokenizers", "transformers"])
+def test_the_cache_key_follows_the_versions_of_the_libraries_that_train_the_tokenizer(library, monkeypatch):
+    """docs/configuration.md: the cache is keyed by the tokenizers and transformers versions too, so an upgrade never
+    reuses a tokenizer the other version trained."""
+    texts = ["one text", "another text"]
+    before = tok.cache_key(texts, 500, None)
+    monkeypatch.setattr(getattr(tok, library), "__version__", "0.0.0-other")
+    assert tok.cache_key(texts, 500, None) != before
+
+
 def test_the_cache_lives_where_the_setting_or_the_environment_says(tmp_path, monkeypatch):
     monkeypatch.setenv("MHA_TEXTCLF_CACHE", str(tmp_path / "from-env"))
     assert tok.cache_root(None) == tmp_path / "from-env"

@@ -5,11 +5,13 @@ import sys
 
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import optional, settings_for, train_in_process
 from mha_textclf import pipeline
 from mha_textclf.errors import UserError
 from mha_textclf.reports import RunMetrics
+from mha_textclf.settings import flat
 from mha_textclf.tracking import Trackers
 from mha_textclf.training import lr_factor
 
@@ -61,6 +63,16 @@ def test_tensorboard_holds_every_step_and_epoch(tracked):
         [trainer.lr * lr_factor(step - 1, 9, 3, trainer.schedule) for step in steps], rel=1e-6)
     assert scalars["train/lr"][0].value == pytest.approx(trainer.lr / 3)  # (the reference is not the peak rate)
     assert scalars["final/test_accuracy"][0].value == pytest.approx(metrics.test.accuracy)
+    # The tags (as text) and the resolved settings as flat parameters, beside the final metrics (hparams).
+    (tags,) = events.Tensors("tags/text_summary")
+    assert tags.tensor_proto.string_val[0].decode().split("  \n") == [
+        "model: efficient", "pe: False", "seed: 0", "dataset: bbc-news"]
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
+    config = flat(yaml.safe_load((run_dir / "config.yaml").read_text()))  # the settings the run used, resolved
+    assert {k: v.string_value for k, v in start.hparams.items()} == {k: str(v) for k, v in config.items()}
 
 
 @pytest.mark.slow

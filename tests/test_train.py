@@ -209,6 +209,22 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
     assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="a stage's own peak RSS needs Linux")
+def test_each_stage_records_its_own_seconds_and_the_peak_memory_within_it():
+    """docs/runs.md: metrics.json's `stages` holds how long each stage took and the process's peak memory in it,
+    not the peak so far: a stage that allocates 200 MB, then one that allocates nothing."""
+    stage = train_module.Stages(torch.device("cpu"))
+    with stage("large"):
+        block = np.ones(200 * 2**20 // 8)  # every page written: resident
+        time.sleep(0.2)
+        del block
+    with stage("small"):
+        pass
+    large, small = stage.record["large"], stage.record["small"]
+    assert large["seconds"] >= 0.2 and small["seconds"] < 0.1
+    assert large["peak_memory_mb"] - small["peak_memory_mb"] > 150
+
+
 def test_the_time_to_accuracy_setting_chooses_the_levels(tmp_path, data_dir):
     """docs/performance.md: the top-level setting `time_to_accuracy` chooses the levels metrics.json reports."""
     metrics = train_in_process(tmp_path, *SMOKE, "probes.attention=[]", "probes.order=[]",

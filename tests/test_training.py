@@ -211,6 +211,26 @@ def test_weighted_evaluation_is_the_weighted_mean_cross_entropy():
     assert result.loss == pytest.approx(expected.item(), rel=1e-5)
 
 
+def test_evaluation_attends_with_the_cls_query_alone_over_the_real_tokens_under_inference_mode():
+    """docs/performance.md: evaluation has no token dropout (compaction drops padding only), computes the [CLS] query
+    alone, under torch.inference_mode (no autograd bookkeeping at all); the model is not cls_only, so training would
+    attend with every query."""
+    ids, labels = toy_problem(n=20)
+    net = model(token_dropout=0.5)
+    assert not net.config.cls_only
+    calls = []
+
+    def record(module, args, kwargs, output):
+        query, key = args[0], args[1]
+        calls.append((query.size(1), key.size(1), torch.is_inference_mode_enabled()))
+
+    net.attention.register_forward_hook(record, with_kwargs=True)
+    loader = make_loader(ids, labels, 6, 0)
+    evaluate(net, loader, CPU)
+    longest = [max(len(ids[i]) for i in range(start, min(start + 6, 20))) for start in range(0, 20, 6)]
+    assert calls == [(1, n, True) for n in longest]  # one query, over every token: no token dropout
+
+
 def test_gradient_clipping_scales_the_whole_gradient_down_to_the_max_norm(monkeypatch):
     """trainer.grad_clip is a max global gradient norm: the optimiser step gets the gradient scaled as a whole, its
     direction kept, not clamped entry by entry. The reference: the first batch's gradient, computed here."""
