@@ -115,9 +115,10 @@ def test_run_folder_is_named_by_time_model_and_pe():
 
 
 def test_a_sweep_job_folder_is_named_by_its_number_and_overrides_without_equals_signs_commas_or_paths(tmp_path):
-    """README/docs/runs.md: sweep jobs land in <sweep>/<job number>_<overrides> (3_model-torch_pe-True_seed-0): no
-    `=` or `,`, so the folder passes back unquoted as run_dir= or resume=; paths, lists, resume and overwrite are
-    left out (a path would nest folders; the same sweep with overwrite=true must land in the same folders)."""
+    """README/docs/runs.md: sweep jobs land in <sweep>/<job number>_<overrides>, the overrides as typed
+    (3_model-torch_pe-true_seed-0): no `=` or `,`, so the folder passes back unquoted as run_dir= or resume=; paths,
+    lists, resume and overwrite are left out (a path would nest folders; the same sweep with overwrite=true must land
+    in the same folders)."""
     cfg = compose_config(["model=torch", "pe=True", "seed=0", f"data.path={tmp_path}", "tokenizer.base=../tok",
                           f"resume={tmp_path}", "overwrite=true", "probes.order=[a,b]", "trainer.lr=0.001"],
                          hydra_config=True)
