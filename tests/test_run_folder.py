@@ -138,18 +138,21 @@ def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(
 
 
 @pytest.mark.slow
-def test_sigterm_then_the_same_command_continues_in_place(data_dir, tmp_path, uninterrupted):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_then_the_same_command_continues_in_place(signum, data_dir, tmp_path, uninterrupted):
+    """Ctrl-C (SIGINT) or a kill (SIGTERM): the run stops after its step, reports what it trained, and exits with the
+    shell's 128 + the signal's number (docs/runs.md: 130, 143); the same command then continues in place."""
     run_dir = tmp_path / "run"
     env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
     command = ["-m", "train", *COMMON[:-1], "trainer.epochs=3", "pe=true", f"hydra.run.dir={run_dir}"]
     process = commands.start(command, cwd=REPO, env=env)
     while not (run_dir / "last.pt").exists() and process.poll() is None:
         time.sleep(0.01)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=600) == 143
+    process.send_signal(signum)
+    assert process.wait(timeout=600) == 128 + signum
     assert run_folder.read_status(run_dir)["state"] == run_folder.INTERRUPTED
     stopped = RunMetrics.read(run_dir / "metrics.json")  # what was trained is reported, and why it stopped
-    assert stopped.interrupted_by == "SIGTERM" and stopped.epochs == len(rows(run_dir)) >= 1
+    assert stopped.interrupted_by == signal.Signals(signum).name and stopped.epochs == len(rows(run_dir)) >= 1
     done = commands.run(command, cwd=REPO, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "continuing the run in" in done.stdout
