@@ -181,3 +181,32 @@ def test_every_experiment_runs(experiment, data_dir, tmp_path, request):
     settings = settings_for(f"experiment={experiment}", *shrink)
     assert metrics.epochs == settings.trainer.epochs and (run_dir / "metrics.json").is_file()
     assert (run_dir / "config.yaml").read_text().count(f"max_length: {settings.data.max_length}") == 1
+
+
+def imported_modules(path) -> set[str]:
+    """Every module a source file imports, and `module.name` for each name it takes from one."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_hydra_stops_at_the_entry_points_and_no_entry_point_imports_another():
+    """README (Layout): of the library only cli.py and tuning.py see Hydra (settings.py takes omegaconf's MISSING, the
+    marker of a required value, nothing else); the entry points call into the library, never into each other."""
+    src = CONFIG_DIR.parent / "src"
+    hydra_users = set()
+    for path in sorted((src / "mha_textclf").glob("*.py")):
+        found = {m for m in imported_modules(path) if m.split(".")[0] in ("hydra", "omegaconf")}
+        if found - {"omegaconf", "omegaconf.MISSING"} or (found and path.name != "settings.py"):
+            hydra_users.add(path.name)
+    assert hydra_users == {"cli.py", "tuning.py"}
+    entry_points = {"train", "predict", "search"}
+    for name in entry_points:
+        imported = {m.split(".")[0] for m in imported_modules(src / f"{name}.py")}
+        assert not imported & (entry_points - {name}), f"src/{name}.py imports {imported & entry_points}"
