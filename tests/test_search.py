@@ -216,6 +216,20 @@ def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
     assert 1 < len(study.trials) < 50
 
 
+def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, monkeypatch):
+    """docs/search.md: `num_threads` sets the torch threads of one worker's trials; python -m search hands it to
+    train as the launcher's share (trainer.num_threads wins there: test_train.py)."""
+    seen = []
+
+    def train_recording_threads(settings, run_dir, overrides, threads=None, on_epoch_end=None, **kwargs):
+        seen.append(threads)
+        return fake_trainer(lambda o: [0.5])(overrides, run_dir, on_epoch_end)
+
+    monkeypatch.setattr("mha_textclf.tuning.train", train_recording_threads)
+    search(study_settings(tmp_path, n_trials=2, pruning=False, num_threads=2), tmp_path / "study")
+    assert seen == [2, 2]
+
+
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
     from mha_textclf.tuning import run_search
 
