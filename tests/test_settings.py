@@ -81,6 +81,8 @@ MISTAKES = [
     (["trainer.class_weights=weighted"], "trainer.class_weights=weighted: must be one of null, balanced"),
     (["data.text_column=[1,2]"], "data.text_column=[1,2]: must be a column name or a list of them"),
     (["data.test_fraction=0"], "data.test_fraction=0: must be > 0"),
+    (["time_to_accuracy=[0.9,95]"], "time_to_accuracy=[0.9,95]: accuracies lie in (0,1], e.g. [0.9,0.95]."),
+    (["time_to_accuracy=[0,0.5]"], "time_to_accuracy=[0,0.5]: accuracies lie in (0,1]"),
 ]
 
 
