@@ -101,6 +101,20 @@ def test_all_problems_come_in_one_message():
         "trainer.epoch", "trainer.lr", "data.val_fraction", "model.pe", "model.n_heads"]
 
 
+def test_the_documented_example_is_what_train_prints(capsys):
+    """docs/configuration.md shows a command line and its whole message: every line of it, word for word (the
+    divisors a head count may take included)."""
+    from conftest import REPO
+
+    text = (REPO / "docs" / "configuration.md").read_text()
+    block = text.split("```\n$ python -m train ", 1)[1].split("```", 1)[0]
+    command, *printed = block.splitlines()
+    with pytest.raises(SystemExit) as exit_code:
+        cli.check_command_line("train", command.split())
+    assert exit_code.value.code == 2
+    assert capsys.readouterr().err.splitlines() == printed
+
+
 def test_every_value_of_a_sweep_is_checked():
     assert command_line_problems("-m", "trainer.lr=1e-3,abc,0") == ["trainer.lr=abc: must be a number.",
                                                                    "trainer.lr=0: must be > 0."]
