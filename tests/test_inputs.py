@@ -23,6 +23,7 @@ from mha_textclf.inputs import KEYS, InputCache
     ("seed=1", {"corpus", "tokenizer", "encodings"}),  # another validation split, so other training texts
     ("data.max_train_samples=100", {"corpus", "tokenizer", "encodings"}),
     ("data.path=/other/data", {"corpus", "tokenizer", "encodings"}),
+    ("resume=/earlier/run", {"tokenizer", "encodings"}),  # a resumed run takes the tokenizer of the run it continues
 ])
 def test_each_product_is_reused_only_under_the_settings_that_decide_it(change, rebuilt):
     base, changed = settings_for("data.path=/data"), settings_for("data.path=/data", change)
