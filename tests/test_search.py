@@ -206,6 +206,34 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
         assert [row["state"] for row in csv.DictReader(f)] == states
 
 
+def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
+    """docs/search.md: best.json holds the best trial, its parameters and metrics: its validation accuracy and loss,
+    test accuracy, training seconds and epochs, each from that trial's metrics (all different here)."""
+    from dataclasses import replace
+
+    from mha_textclf.tuning import run_search
+
+    returned = {}
+    fake = fake_trainer(lambda o: [0.9, 0.6, 0.7])  # 3 epochs, the best at the second
+
+    def train_trial(overrides, run_dir, on_epoch_end):
+        metrics = fake(overrides, run_dir, on_epoch_end)
+        lr = float(overrides[-1].split("=")[1])
+        metrics = replace(metrics, val=replace(metrics.val, accuracy=lr, loss=1 - lr),
+                          test=replace(metrics.test, accuracy=lr / 2, loss=9.0), train_seconds=100 * lr,
+                          eval_seconds=0.5, best_epoch=2)
+        returned[run_dir.name] = metrics
+        return metrics
+
+    run_search(study_settings(tmp_path, n_trials=3, pruning=False), tmp_path / "study", train_trial)
+    best = json.loads((tmp_path / "study" / "best.json").read_text())
+    metrics = returned[f"trial_{best['best_trial']:03d}"]
+    assert best["val_accuracy"] == metrics.val.accuracy == max(m.val.accuracy for m in returned.values())
+    assert (best["val_loss"], best["test_accuracy"], best["train_seconds"], best["epochs"]) == (
+        metrics.val.loss, metrics.test.accuracy, metrics.train_seconds, metrics.epochs)
+    assert best["epochs"] == 3
+
+
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
     """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (about 6 of the 50 asked for; read as
     seconds, a single trial)."""
