@@ -258,6 +258,34 @@ def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, mon
     assert seen == [2, 2]
 
 
+def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
+    """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
+    built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
+    import importlib.util
+    import logging
+
+    from mha_textclf.inputs import InputCache
+
+    spec = importlib.util.spec_from_file_location("measure_search", REPO / "scripts" / "measure_search.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cache, settings = InputCache(), settings_for("data.path=/data")
+    with caplog.at_level(logging.INFO, logger="mha_textclf.inputs"):
+        for product in ("corpus", "tokenizer", "encodings", "corpus", "tokenizer", "encodings"):
+            cache.get(product, settings, object)  # built once, then reused: what a second trial logs
+    reused_lines = "\n".join(f"[time][mha_textclf.inputs][INFO] - {r.getMessage()}" for r in caplog.records)
+    trials = {"trial_000": (1.0, "[time][train][INFO] - epoch 1"), "trial_001": (0.01, reused_lines)}
+    for name, (scale, log) in trials.items():
+        (tmp_path / name).mkdir()
+        stages = {stage: {"seconds": scale * seconds} for stage, seconds in
+                  (("data", 1.0), ("tokenizer", 2.0), ("encode", 4.0), ("fit", 100.0), ("reports", 8.0))}
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"stages": stages}))
+        (tmp_path / name / "train.log").write_text(log + "\n")
+    (tmp_path / "trial_002").mkdir()  # a failed trial: no metrics.json, not counted
+    built, reused = script.preparation_seconds(tmp_path)
+    assert built == pytest.approx([7.0]) and reused == pytest.approx([0.07])
+
+
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
     from mha_textclf.tuning import run_search
 
