@@ -141,3 +141,22 @@ def test_profile_step_compares_the_masked_and_the_compacted_step(ran):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "## masked (every token):" in result.stdout and "## compacted (visible tokens only):" in result.stdout
     assert result.stdout.count("| operator | calls per step | self ms per step | share |") == 2
+
+
+def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_batches(data_dir, monkeypatch, capsys):
+    """docs/performance.md: profile_step.py profiles one training step both ways on the same batches: the masked
+    computation (compact off), then compaction, each after the same warm-up steps."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_step", REPO / "scripts" / "profile_step.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    steps = []
+    monkeypatch.setattr(script, "step", lambda model, optimizer, batch: steps.append((model.compact, batch)))
+    assert script.main(["experiment=smoke", "trainer.batch_size=4", f"data.path={data_dir}"]) == 0
+    per_mode = script.STEPS + script.WARMUP
+    assert [compact for compact, _ in steps] == [False] * per_mode + [True] * per_mode
+    masked, compacted = [batch for _, batch in steps[:per_mode]], [batch for _, batch in steps[per_mode:]]
+    assert all(a is b for a, b in zip(masked, compacted, strict=True))
+    printed = capsys.readouterr().out
+    assert printed.index("## masked (every token):") < printed.index("## compacted (visible tokens only):")

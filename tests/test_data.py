@@ -157,7 +157,12 @@ def test_several_text_columns_are_joined_and_integer_labels_named_from_label_tex
     (tmp_path / "train.json").write_text(json.dumps(records))  # a JSON array, not JSON lines
     corpus = load(tmp_path, text_column=["title", "body"])
     assert corpus.class_names == ["no", "yes"]
-    assert all(t.startswith("title ") and " body " in t for t in corpus.train.texts)
+    # Joined with a space, in the order the columns are given: every text of every split is its record's.
+    texts = corpus.train.texts + corpus.val.texts + corpus.test.texts
+    assert sorted(texts) == sorted(f"{r['title']} {r['body']}" for r in records)
+    named = {text: corpus.class_names[label] for split in (corpus.train, corpus.val, corpus.test)
+             for text, label in zip(split.texts, split.labels, strict=True)}
+    assert named == {f"{r['title']} {r['body']}": r["label_text"] for r in records}
 
 
 def test_a_folder_with_one_data_file_of_any_name_is_a_train_split(tmp_path):

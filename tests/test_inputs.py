@@ -23,6 +23,7 @@ from mha_textclf.inputs import KEYS, InputCache
     ("seed=1", {"corpus", "tokenizer", "encodings"}),  # another validation split, so other training texts
     ("data.max_train_samples=100", {"corpus", "tokenizer", "encodings"}),
     ("data.path=/other/data", {"corpus", "tokenizer", "encodings"}),
+    ("resume=/earlier/run", {"tokenizer", "encodings"}),  # a resumed run takes the tokenizer of the run it continues
 ])
 def test_each_product_is_reused_only_under_the_settings_that_decide_it(change, rebuilt):
     base, changed = settings_for("data.path=/data"), settings_for("data.path=/data", change)
@@ -33,6 +34,36 @@ def test_each_product_is_reused_only_under_the_settings_that_decide_it(change, r
     for product in KEYS:
         cache.get(product, changed, lambda product=product: built.add(product))
     assert built == rebuilt
+
+
+def rebuilt(base, changed) -> set[str]:
+    """The products a run with `changed` settings builds after one with `base` kept them all."""
+    cache, built = InputCache(), set()
+    for product in KEYS:
+        cache.get(product, base, object)
+    for product in KEYS:
+        cache.get(product, changed, lambda product=product: built.add(product))
+    return built
+
+
+def test_every_data_and_tokenizer_setting_decides_what_the_docstring_says():
+    """src/mha_textclf/inputs.py: the corpus is keyed by all the data settings but max_length and group_by_length
+    (which act later), the tokenizer and encodings by those, max_length and every tokenizer setting but cache_dir.
+    Each setting, changed alone."""
+    from dataclasses import fields
+
+    base = settings_for("data.path=/data")
+    for field in fields(base.data):
+        changed = settings_for("data.path=/data")
+        setattr(changed.data, field.name, f"{getattr(base.data, field.name)}, changed")  # a key only reads it
+        expected = {"group_by_length": set(), "max_length": {"tokenizer", "encodings"}}.get(
+            field.name, {"corpus", "tokenizer", "encodings"})
+        assert rebuilt(base, changed) == expected, field.name
+    for field in fields(base.tokenizer):  # and every tokenizer setting but cache_dir decides the tokenizer
+        changed = settings_for("data.path=/data")
+        setattr(changed.tokenizer, field.name, f"{getattr(base.tokenizer, field.name)}, changed")
+        expected = set() if field.name == "cache_dir" else {"tokenizer", "encodings"}
+        assert rebuilt(base, changed) == expected, field.name
 
 
 def test_the_least_recently_used_product_goes_first_when_the_cache_is_full():

@@ -206,6 +206,34 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
         assert [row["state"] for row in csv.DictReader(f)] == states
 
 
+def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
+    """docs/search.md: best.json holds the best trial, its parameters and metrics: its validation accuracy and loss,
+    test accuracy, training seconds and epochs, each from that trial's metrics (all different here)."""
+    from dataclasses import replace
+
+    from mha_textclf.tuning import run_search
+
+    returned = {}
+    fake = fake_trainer(lambda o: [0.9, 0.6, 0.7])  # 3 epochs, the best at the second
+
+    def train_trial(overrides, run_dir, on_epoch_end):
+        metrics = fake(overrides, run_dir, on_epoch_end)
+        lr = float(overrides[-1].split("=")[1])
+        metrics = replace(metrics, val=replace(metrics.val, accuracy=lr, loss=1 - lr),
+                          test=replace(metrics.test, accuracy=lr / 2, loss=9.0), train_seconds=100 * lr,
+                          eval_seconds=0.5, best_epoch=2)
+        returned[run_dir.name] = metrics
+        return metrics
+
+    run_search(study_settings(tmp_path, n_trials=3, pruning=False), tmp_path / "study", train_trial)
+    best = json.loads((tmp_path / "study" / "best.json").read_text())
+    metrics = returned[f"trial_{best['best_trial']:03d}"]
+    assert best["val_accuracy"] == metrics.val.accuracy == max(m.val.accuracy for m in returned.values())
+    assert (best["val_loss"], best["test_accuracy"], best["train_seconds"], best["epochs"]) == (
+        metrics.val.loss, metrics.test.accuracy, metrics.train_seconds, metrics.epochs)
+    assert best["epochs"] == 3
+
+
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
     """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (about 6 of the 50 asked for; read as
     seconds, a single trial)."""
@@ -214,6 +242,48 @@ def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
     settings = study_settings(tmp_path, n_trials=50, pruning=False, timeout_minutes=0.02)
     study = run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], seconds=0.2))
     assert 1 < len(study.trials) < 50
+
+
+def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, monkeypatch):
+    """docs/search.md: `num_threads` sets the torch threads of one worker's trials; python -m search hands it to
+    train as the launcher's share (trainer.num_threads wins there: test_train.py)."""
+    seen = []
+
+    def train_recording_threads(settings, run_dir, overrides, threads=None, on_epoch_end=None, **kwargs):
+        seen.append(threads)
+        return fake_trainer(lambda o: [0.5])(overrides, run_dir, on_epoch_end)
+
+    monkeypatch.setattr("mha_textclf.tuning.train", train_recording_threads)
+    search(study_settings(tmp_path, n_trials=2, pruning=False, num_threads=2), tmp_path / "study")
+    assert seen == [2, 2]
+
+
+def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
+    """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
+    built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
+    import importlib.util
+    import logging
+
+    from mha_textclf.inputs import InputCache
+
+    spec = importlib.util.spec_from_file_location("measure_search", REPO / "scripts" / "measure_search.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cache, settings = InputCache(), settings_for("data.path=/data")
+    with caplog.at_level(logging.INFO, logger="mha_textclf.inputs"):
+        for product in ("corpus", "tokenizer", "encodings", "corpus", "tokenizer", "encodings"):
+            cache.get(product, settings, object)  # built once, then reused: what a second trial logs
+    reused_lines = "\n".join(f"[time][mha_textclf.inputs][INFO] - {r.getMessage()}" for r in caplog.records)
+    trials = {"trial_000": (1.0, "[time][train][INFO] - epoch 1"), "trial_001": (0.01, reused_lines)}
+    for name, (scale, log) in trials.items():
+        (tmp_path / name).mkdir()
+        stages = {stage: {"seconds": scale * seconds} for stage, seconds in
+                  (("data", 1.0), ("tokenizer", 2.0), ("encode", 4.0), ("fit", 100.0), ("reports", 8.0))}
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"stages": stages}))
+        (tmp_path / name / "train.log").write_text(log + "\n")
+    (tmp_path / "trial_002").mkdir()  # a failed trial: no metrics.json, not counted
+    built, reused = script.preparation_seconds(tmp_path)
+    assert built == pytest.approx([7.0]) and reused == pytest.approx([0.07])
 
 
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):

@@ -81,6 +81,8 @@ MISTAKES = [
     (["trainer.class_weights=weighted"], "trainer.class_weights=weighted: must be one of null, balanced"),
     (["data.text_column=[1,2]"], "data.text_column=[1,2]: must be a column name or a list of them"),
     (["data.test_fraction=0"], "data.test_fraction=0: must be > 0"),
+    (["time_to_accuracy=[0.9,95]"], "time_to_accuracy=[0.9,95]: accuracies lie in (0,1], e.g. [0.9,0.95]."),
+    (["time_to_accuracy=[0,0.5]"], "time_to_accuracy=[0,0.5]: accuracies lie in (0,1]"),
 ]
 
 
@@ -97,6 +99,20 @@ def test_all_problems_come_in_one_message():
     assert len(found) == 5
     assert [f.split(" ")[0].split("=")[0].rstrip(":") for f in found] == [
         "trainer.epoch", "trainer.lr", "data.val_fraction", "model.pe", "model.n_heads"]
+
+
+def test_the_documented_example_is_what_train_prints(capsys):
+    """docs/configuration.md shows a command line and its whole message: every line of it, word for word (the
+    divisors a head count may take included)."""
+    from conftest import REPO
+
+    text = (REPO / "docs" / "configuration.md").read_text()
+    block = text.split("```\n$ python -m train ", 1)[1].split("```", 1)[0]
+    command, *printed = block.splitlines()
+    with pytest.raises(SystemExit) as exit_code:
+        cli.check_command_line("train", command.split())
+    assert exit_code.value.code == 2
+    assert capsys.readouterr().err.splitlines() == printed
 
 
 def test_every_value_of_a_sweep_is_checked():

@@ -523,11 +523,27 @@ def test_accuracy_vs_time_over_decades_has_plain_log_ticks(tmp_path):
     assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["0.05", "0.1", "0.2"]
 
 
+def test_accuracy_vs_time_plots_each_runs_test_accuracy_against_its_training_seconds(tmp_path):
+    """docs/comparing.md: test accuracy against training seconds, one point per run (not validation accuracy, not
+    the median epoch: runs of several epochs, and validation apart from test)."""
+    runs = [("efficient", 0, [2.0, 3.0, 4.0], 0.80, 0.91), ("efficient", 1, [2.5, 2.5, 2.5], 0.82, 0.93),
+            ("naive", 0, [6.0, 7.0], 0.70, 0.88)]
+    for i, (model, seed, times, val, test) in enumerate(runs):
+        fake_run(tmp_path / f"{i}_run", model=model, seed=seed, accuracy=val, test_accuracy=test, epoch_times=times)
+    (ax,) = plot_accuracy_vs_time(runs_table(tmp_path)).axes
+    points = np.array(sorted(map(tuple, scatter_points(ax).tolist())))
+    expected = np.array(sorted((sum(times), test) for _, _, times, _, test in runs))
+    np.testing.assert_allclose(points, expected)
+    assert ax.get_ylabel() == "test accuracy" and ax.get_xlabel().startswith("training seconds")
+
+
 def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
-    curves = [[(1.0, 1.2), (0.6, 1.0), (0.4, 0.9)], [(1.2, 1.4), (0.8, 1.1), (0.5, 1.0)]]
+    # Three runs, one far above the others: their mean, not their median (the two agree for two runs).
+    curves = [[(1.0, 1.2), (0.6, 1.0), (0.4, 0.9)], [(1.2, 1.4), (0.8, 1.1), (0.5, 1.0)],
+              [(3.0, 3.2), (2.0, 2.6), (1.5, 2.2)]]
     for seed, losses in enumerate(curves):
         fake_run(tmp_path / f"{seed}_run", model="naive", seed=seed, epoch_times=[1.0] * 3, losses=losses)
-    fake_run(tmp_path / "2_run", model="naive", pe=True, epoch_times=[1.0] * 3)
+    fake_run(tmp_path / "3_run", model="naive", pe=True, epoch_times=[1.0] * 3)
     figure = plot_loss_curves(tmp_path, runs_table(tmp_path))
     ax = figure.axes[0]
     lines = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}

@@ -52,6 +52,40 @@ def test_save_load_round_trip(trained, train_texts, tmp_path):
     assert loaded.pad_token_id == 0 and len(loaded) == len(trained)
 
 
+def cased_base(folder):
+    """A WordPiece tokenizer folder whose pipeline keeps case and accents (the default pipeline drops both); returns
+    its backend tokenizer."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    base = Tokenizer(models.WordPiece(vocab={t: i for i, t in enumerate(tok.SPECIAL_TOKENS)}, unk_token="[UNK]"))
+    base.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    base.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    base.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
+                                                        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    PreTrainedTokenizerFast(tokenizer_object=base, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
+    return base
+
+
+def test_a_base_tokenizer_s_own_pipeline_is_kept_and_only_its_vocabulary_learned_anew(tmp_path):
+    """README: tokenizer.base retrains another tokenizer: its normalizer, pre-tokenizer, special tokens and templates
+    (train_tokenizer's docstring), here a cased one, where the default pipeline lowercases."""
+    import json
+
+    base = cased_base(tmp_path / "cased")
+    texts = ["The Minister said", "the minister said", "Café au lait"] * 10
+    cased = tok.train_tokenizer(texts, vocab_size=100, base=str(tmp_path / "cased"))
+    spec = json.loads(cased.backend_tokenizer.to_str())
+    assert spec["normalizer"] == json.loads(base.to_str())["normalizer"]
+    assert spec["pre_tokenizer"] == json.loads(base.to_str())["pre_tokenizer"]
+    upper, lower = (x.tolist() for x in tok.encode(cased, ["The Minister", "the minister"], 16))
+    assert upper != lower and cased.convert_ids_to_tokens(upper)[0] == "[CLS]" and "T" in cased.get_vocab()
+    assert "é" in cased.get_vocab()  # accents kept, as the base keeps them
+    scratch = tok.train_tokenizer(texts, vocab_size=100)  # the default pipeline: BERT uncased
+    assert "T" not in scratch.get_vocab() and "é" not in scratch.get_vocab()
+
+
 def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, monkeypatch):
     texts = train_texts[:200]
     settings = TokenizerSettings(vocab_size=500, cache_dir=str(tmp_path))
@@ -272,6 +306,23 @@ def test_random_small_corpora_learn_the_reference_vocabulary_and_the_same_file_i
     first = tok.train_tokenizer(texts, vocab_size).backend_tokenizer.to_str()
     shuffled = data.draw(st.permutations(texts))
     assert tok.train_tokenizer(shuffled, vocab_size).backend_tokenizer.to_str() == first
+
+
+def test_a_decided_vocabulary_size_is_cached_per_base_tokenizer(tmp_path):
+    """resolve_vocab_size's cache is keyed by everything the rule reads, the base tokenizer too: its pipeline makes
+    the words that are counted (cased, "Word7" and "word7" are two). Each decision from a shared cache is the one a
+    fresh cache gives."""
+    base = str(tmp_path / "cased")
+    cased_base(base)
+    texts = [" ".join(f"w{i} W{i}" for i in range(1100))]  # 1100 words uncased, 2200 cased: both above the floor
+    decided = {}
+    for name in (None, base):
+        fresh = TokenizerSettings(vocab_size=None, min_frequency=1, base=name, cache_dir=str(tmp_path / str(name)))
+        decided[name] = tok.resolve_vocab_size(texts, fresh)[0].vocab_size
+    assert decided[None] < decided[base]
+    for name in (None, base):  # one cache for both, in turn
+        shared = TokenizerSettings(vocab_size=None, min_frequency=1, base=name, cache_dir=str(tmp_path / "shared"))
+        assert tok.resolve_vocab_size(texts, shared)[0].vocab_size == decided[name], name
 
 
 def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_frequency_times():

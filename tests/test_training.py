@@ -62,6 +62,29 @@ def test_fit_learns_the_toy_problem(precision):
     assert result.history[-1]["val_accuracy"] >= 0.9
 
 
+@pytest.mark.parametrize(("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_bf16_computes_the_model_in_bfloat16_and_the_loss_in_float32(precision, dtype, monkeypatch):
+    """trainer.precision=bf16: matmuls and attention in bfloat16, the loss in float32 (training.autocast), in the
+    training steps and in validation alike; fp32 computes everything in float32."""
+    import torch.nn.functional as F
+
+    ids, labels = toy_problem()
+    net, logits, losses = model(), [], []
+    net.register_forward_hook(lambda module, args, out: logits.append((module.training, out.dtype)))
+    real_cross_entropy = F.cross_entropy
+
+    def cross_entropy(*args, **kwargs):
+        loss = real_cross_entropy(*args, **kwargs)
+        losses.append(loss.dtype)
+        return loss
+
+    monkeypatch.setattr(F, "cross_entropy", cross_entropy)
+    fit(net, make_loader(ids, labels, 16, 0), make_loader(ids, labels, 32, 0),
+        plain_trainer(epochs=1, precision=precision), CPU)
+    assert sorted(set(logits)) == [(False, dtype), (True, dtype)]  # validation, training
+    assert set(losses) == {torch.float32}
+
+
 def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     ids, labels = toy_problem()
     net = model()
