@@ -101,9 +101,17 @@ def test_data_path_comes_from_the_environment(monkeypatch):
     assert settings_for().data.path == "SetFit/bbc-news"
 
 
-def test_run_folder_is_named_by_time_model_and_pe():
+@pytest.fixture
+def as_hydra_job():
+    """Make a composed config Hydra's current one (its folder names read hydra.job), and put the old one back."""
+    previous = HydraConfig.instance().cfg
+    yield HydraConfig.instance().set_config
+    HydraConfig.instance().cfg = previous
+
+
+def test_run_folder_is_named_by_time_model_and_pe(as_hydra_job):
     cfg = compose_config(["model=torch", "pe=true"], hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
+    as_hydra_job(cfg)
     run_dir = cfg.hydra.run.dir
     assert run_dir.startswith("outputs/runs/") and run_dir.endswith("_torch_pe-True")
     # date_time with microseconds, so two runs started in the same second never share a folder
@@ -126,11 +134,11 @@ def test_a_sweep_job_folder_is_named_by_its_number_and_overrides_without_equals_
     assert cfg.hydra.job.override_dirname == "model-torch_pe-True_seed-0_trainer.lr-0.001"
 
 
-def test_a_baseline_lands_in_its_own_folder_under_outputs_baselines():
+def test_a_baseline_lands_in_its_own_folder_under_outputs_baselines(as_hydra_job):
     """docs/comparing.md: the TF-IDF reference writes into its own folder under outputs/baselines/, named by its
     features and seed, so that scripts/summarize.py outputs tables it beside the training runs."""
     cfg = compose_config(["features=chars", "seed=2"], app="baseline", hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
+    as_hydra_job(cfg)
     run_dir = cfg.hydra.run.dir
     assert run_dir.startswith("outputs/baselines/") and run_dir.endswith("_tfidf-chars_seed-2")
     assert cfg.hydra.sweep.dir.startswith("outputs/baselines/")

@@ -146,7 +146,9 @@ def test_a_signal_then_the_same_command_continues_in_place(signum, data_dir, tmp
     env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
     command = ["-m", "train", *COMMON[:-1], "trainer.epochs=3", "pe=true", f"hydra.run.dir={run_dir}"]
     process = commands.start(command, cwd=REPO, env=env)
+    deadline = time.monotonic() + 300
     while not (run_dir / "last.pt").exists() and process.poll() is None:
+        assert time.monotonic() < deadline, "no epoch finished within 300 s"
         time.sleep(0.01)
     process.send_signal(signum)
     assert process.wait(timeout=600) == 128 + signum

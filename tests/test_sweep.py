@@ -609,7 +609,7 @@ def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
     start, end = pd.Timestamp(record["started_at"]), pd.Timestamp(record["ended_at"])
     assert start <= min(pd.Timestamp(j["started_at"]) for j in record["jobs"])
     assert end >= max(pd.Timestamp(j["ended_at"]) for j in record["jobs"])
-    assert (end - start).total_seconds() == pytest.approx(record["wall_seconds"], abs=0.1)
+    assert (end - start).total_seconds() == pytest.approx(record["wall_seconds"], abs=1.0)
     assert json.loads((sweep / "0_seed-0" / "job.json").read_text())["overrides"] == ["seed=0"]
     # Every time carries its UTC offset, so that the jobs of a sweep on several machines compare.
     stamps = [record["started_at"], record["ended_at"],
