@@ -151,6 +151,19 @@ def train_in_process(run_dir: Path, *overrides: str, data_dir: Path, **kwargs):
     return train(settings_for(f"data.path={data_dir}", *overrides), run_dir, overrides=list(overrides), **kwargs)
 
 
+def load_script(name: str, monkeypatch=None):
+    """scripts/<name>.py as a module, to call its functions in-process. With `monkeypatch` it is registered in
+    sys.modules for the test (a script whose dataclasses look their module up needs that)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    if monkeypatch is not None:
+        monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(module: str, *overrides: str, data_dir: Path | None = None, cwd: Path = REPO,
             env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     """`python -m <module> <overrides>` from the repo root (or `cwd`), as users run it; `env` adds variables. The

@@ -7,7 +7,7 @@ import commands
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_script
 from mha_textclf.attention import build_attention
 from mha_textclf.benchmark import Case, attention_flops, naive_memory_gb, ratios
 
@@ -146,11 +146,7 @@ def test_profile_step_compares_the_masked_and_the_compacted_step(ran):
 def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_batches(data_dir, monkeypatch, capsys):
     """docs/performance.md: profile_step.py profiles one training step both ways on the same batches: the masked
     computation (compact off), then compaction, each after the same warm-up steps."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("profile_step", REPO / "scripts" / "profile_step.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("profile_step")
     steps = []
     monkeypatch.setattr(script, "step", lambda model, optimizer, batch: steps.append((model.compact, batch)))
     assert script.main(["experiment=smoke", "trainer.batch_size=4", f"data.path={data_dir}"]) == 0

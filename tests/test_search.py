@@ -15,7 +15,7 @@ import commands
 import pytest
 import yaml
 
-from conftest import REPO, optional, settings_for
+from conftest import REPO, load_script, optional, settings_for
 from mha_textclf import pipeline as train_module
 from mha_textclf.errors import UserError
 from mha_textclf.reports import RunMetrics
@@ -261,14 +261,11 @@ def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, mon
 def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
     """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
     built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
-    import importlib.util
     import logging
 
     from mha_textclf.inputs import InputCache
 
-    spec = importlib.util.spec_from_file_location("measure_search", REPO / "scripts" / "measure_search.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("measure_search")
     cache, settings = InputCache(), settings_for("data.path=/data")
     with caplog.at_level(logging.INFO, logger="mha_textclf.inputs"):
         for product in ("corpus", "tokenizer", "encodings", "corpus", "tokenizer", "encodings"):

@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from scipy import stats
 
-from conftest import REPO, compose_config, fingerprint, require, run_train, write_jsonl
+from conftest import REPO, compose_config, fingerprint, load_script, require, run_train, write_jsonl
 from mha_textclf import run_folder
 from mha_textclf.cli import SweepSummary
 from mha_textclf.reports import RunMetrics, SplitMetrics
@@ -400,13 +400,10 @@ def test_without_the_reference_the_fastest_variant_is_named_instead(tmp_path):
 
 def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
     """scripts/summarize.py <folder> --reference naive: the heading names it, and the others are paired with it."""
-    import importlib.util
 
     for model, seconds in (("torch", 2.0), ("naive", 3.0)):
         fake_run(tmp_path / model, model=model, epoch_times=[seconds] * 6)
-    spec = importlib.util.spec_from_file_location("summarize", REPO / "scripts" / "summarize.py")
-    summarize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summarize)
+    summarize = load_script("summarize")
     assert summarize.main([str(tmp_path), "--reference", "naive"]) == 0
     against = md_table((tmp_path / "summary.md").read_text(), "### Against naive (the reference)")
     assert [(r["model"], r["epoch time"]) for r in against] == [("torch", "faster by 1.50× (95% CI 1.50–1.50×)")]
