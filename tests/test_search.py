@@ -221,7 +221,7 @@ def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
         lr = float(overrides[-1].split("=")[1])
         metrics = replace(metrics, val=replace(metrics.val, accuracy=lr, loss=1 - lr),
                           test=replace(metrics.test, accuracy=lr / 2, loss=9.0), train_seconds=100 * lr,
-                          eval_seconds=0.5, best_epoch=2, epochs=3 + len(returned))  # each trial its own count
+                          eval_seconds=0.5, best_epoch=2, epochs=10 + 7 * len(returned))  # each its own count
         returned[run_dir.name] = metrics
         return metrics
 
