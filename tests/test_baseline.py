@@ -72,7 +72,7 @@ def test_char_features_find_the_class_inside_text_without_spaces_where_word_feat
     assert (metrics.val.accuracy, metrics.test.accuracy) == (1.0, 1.0)
 
 
-def test_char_features_are_up_to_4_grams(tmp_path):
+def test_char_features_include_4_grams(tmp_path):
     """"ababba" and "abbaba" have the same characters, character pairs and triples, each as often: only their
     4-grams ("abab", "babb", "abba" against "abba", "bbab", "baba") tell them apart."""
     texts = ("ababba", "abbaba")

@@ -317,7 +317,8 @@ def test_a_decided_vocabulary_size_is_cached_per_base_tokenizer(tmp_path):
     texts = [" ".join(f"w{i} W{i}" for i in range(1100))]  # 1100 words uncased, 2200 cased: both above the floor
     decided = {}
     for name in (None, base):
-        fresh = TokenizerSettings(vocab_size=None, min_frequency=1, base=name, cache_dir=str(tmp_path / str(name)))
+        fresh = TokenizerSettings(vocab_size=None, min_frequency=1, base=name,
+                                  cache_dir=str(tmp_path / f"fresh-{name is None}"))
         decided[name] = tok.resolve_vocab_size(texts, fresh)[0].vocab_size
     assert decided[None] < decided[base]
     for name in (None, base):  # one cache for both, in turn
