@@ -58,9 +58,20 @@ def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
     process's whole footprint (here 500 MB in use before the steps, a peak of 530 MB during them)."""
     from mha_textclf import benchmark
 
-    monkeypatch.setattr(benchmark, "reset_peak_memory", lambda device: 500.0)
-    monkeypatch.setattr(benchmark, "peak_memory_mb", lambda device: 530.0)
-    row = benchmark.measure(Case("efficient", "full", T=8, B=2, d_model=8, n_heads=2, repeats=1))
+    calls, real_build = [], benchmark.build_attention
+
+    def build(*args, **kwargs):  # the layer under test, each forward pass noted
+        layer = real_build(*args, **kwargs)
+        layer.register_forward_hook(lambda *_: calls.append("step"))
+        return layer
+
+    monkeypatch.setattr(benchmark, "build_attention", build)
+    monkeypatch.setattr(benchmark, "reset_peak_memory", lambda device: calls.append("reset") or 500.0)
+    # Each step raises the peak by 10 MB: a peak read early, or a reset late, gives another number.
+    monkeypatch.setattr(benchmark, "peak_memory_mb",
+                        lambda device: calls.append("peak") or 500.0 + 10 * calls.count("step"))
+    row = benchmark.measure(Case("efficient", "full", T=8, B=2, d_model=8, n_heads=2, repeats=2))
+    assert calls == ["reset", "step", "step", "step", "peak"]  # reset before the warm-up, read after the last step
     assert row["peak_mb"] == 30.0
 
 
