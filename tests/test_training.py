@@ -101,6 +101,24 @@ def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     assert [r["epoch"] for r in rows] == [1]
 
 
+def test_an_infinite_loss_stops_the_run_as_a_nan_does(monkeypatch):
+    """docs/runs.md: the loss becoming NaN *or inf* stops the run, naming the epoch and step."""
+    import torch.nn.functional as F
+
+    ids, labels = toy_problem()
+    real_cross_entropy, rows = F.cross_entropy, []
+
+    def cross_entropy(*args, **kwargs):  # from epoch 2 on, an infinite loss (finite weights, until its step)
+        loss = real_cross_entropy(*args, **kwargs)
+        return loss * float("inf") if rows and torch.is_grad_enabled() else loss
+
+    monkeypatch.setattr(F, "cross_entropy", cross_entropy)
+    with pytest.raises(DivergenceError, match="became inf at epoch 2, step 1"):
+        fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+            plain_trainer(epochs=3, lr=1e-3), CPU, on_epoch_end=rows.append)
+    assert [r["epoch"] for r in rows] == [1]
+
+
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(UserError, match="not a device name"):
         resolve_device("tpu")
