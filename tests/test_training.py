@@ -119,6 +119,18 @@ def test_an_infinite_loss_stops_the_run_as_a_nan_does(monkeypatch):
     assert [r["epoch"] for r in rows] == [1]
 
 
+def test_balanced_class_weights_are_n_texts_over_n_classes_times_the_class_count():
+    """docs/own-data.md: trainer.class_weights=balanced weighs each class by n_texts / (n_classes × its count),
+    scikit-learn's definition (a class the labels lack weighs 0)."""
+    from sklearn.utils.class_weight import compute_class_weight
+
+    labels = [0] * 6 + [1] * 3 + [3]
+    weights = balanced_class_weights(labels, 4)
+    assert weights.tolist() == pytest.approx([10 / (4 * 6), 10 / (4 * 3), 0.0, 10 / (4 * 1)])
+    assert weights[[0, 1, 3]].tolist() == pytest.approx(
+        compute_class_weight("balanced", classes=np.array([0, 1, 3]), y=labels) * 3 / 4)  # sklearn's, over 3 classes
+
+
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(UserError, match="not a device name"):
         resolve_device("tpu")
