@@ -1,6 +1,7 @@
 """The benchmark runs end to end in its quick form, and counts FLOPs the way its report claims."""
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import commands
@@ -115,6 +116,41 @@ def test_the_naive_memory_estimate_is_the_documented_13_gb_at_t_2048():
     assert naive_memory_gb(Case("naive", "full", 2048)) == pytest.approx(12.9, abs=0.05)  # "skipped (~13 GB)"
     assert naive_memory_gb(Case("naive", "full", 1024)) == pytest.approx(3.2, abs=0.05)
     assert naive_memory_gb(Case("naive", "cls_only", 2048)) == pytest.approx(12.9 / 2048, abs=1e-4)  # one query row
+
+
+class MeasuredError(Exception):
+    """Raised in place of the measurements: what the script asked for is all the test needs."""
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    # docs/performance.md: T = 64 ... 2048, B=32, up to 5 steps, and naive at 2048 (~13 GB) skipped: an 8 GB budget.
+    ([], ([64, 128, 256, 512, 1024, 2048], 32, 5, 8.0)),
+    (["--quick"], ([16, 32], 4, 2, 8.0)),  # its --help: T 16 32, B 4, 2 repeats
+])
+def test_the_benchmark_measures_the_documented_sizes(argv, expected, tmp_path, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from mha_textclf import benchmark
+
+    asked = {}
+
+    def run(seq_lens, B, devices, repeats, memory_budget_gb):
+        asked.update(sizes=(seq_lens, B, repeats, memory_budget_gb), devices=devices)
+        raise MeasuredError
+
+    monkeypatch.setattr(benchmark, "run", run)
+    monkeypatch.chdir(tmp_path)
+    spec = importlib.util.spec_from_file_location("benchmark_script", REPO / "scripts" / "benchmark.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(MeasuredError):
+        script.main(argv)
+    assert asked["sizes"] == expected
+    assert asked["devices"] == ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    (out,) = (tmp_path / "outputs" / "benchmark").iterdir()  # --out's default: outputs/benchmark/<date>_<time>/
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", out.name)
 
 
 @pytest.fixture(scope="module")

@@ -204,6 +204,19 @@ def test_bad_data_is_a_clear_error(tmp_path, records, settings, message):
         load(tmp_path, **settings)
 
 
+def test_an_empty_split_of_a_loaded_dataset_is_named(monkeypatch):
+    """docs/runs.md: an empty split stops the run, naming the split (here a hub dataset's validation split; a local
+    file without rows fails earlier, in datasets' own reader)."""
+    import huggingface_hub
+
+    train = datasets.Dataset.from_list(rows(20))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no request to check the hub
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, name=None: datasets.DatasetDict(
+        {"train": train, "validation": train.select([]), "test": train.select(range(4))}))
+    with pytest.raises(UserError, match=r"The val split of 'someone/news' is empty"):
+        load("someone/news")
+
+
 def test_ambiguous_folders_are_clear_errors(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         load(tmp_path / "nowhere")

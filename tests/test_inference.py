@@ -175,8 +175,8 @@ def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
     with pytest.raises(UserError, match=r"has \d+ tokens but .*model\.pt was trained with \d+; the two files come "
                                         r"from different runs"):
         load_run(bad)
-    with pytest.raises(UserError, match="empty"):
-        predict_proba(run.model, run.tokenizer, ["fine", "  "])
+    with pytest.raises(UserError, match=r"Text number\(s\) \[2, 4\] are empty"):  # counted from 1, as a user does
+        predict_proba(run.model, run.tokenizer, ["fine", "  ", "good", ""])
 
 
 @pytest.mark.slow

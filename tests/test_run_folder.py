@@ -90,6 +90,28 @@ def test_other_settings_are_refused_before_anything_changes_and_overwrite_starts
     assert len(rows(run_dir)) == 3 and (run_dir / "stale.txt").exists()  # only the run's own files are replaced
 
 
+def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_difference(tmp_path):
+    """docs/runs.md: the data's place, the device, threads, loggers, probes (and the tokenizer cache and the reported
+    accuracy levels) may differ for the same run; other training settings are refused, each difference named, the
+    folder as it was."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_folder.write_config(run_dir, settings_for(*COMMON))
+    saved = run_folder.flat(dataclasses.asdict(settings_for(*COMMON)))
+    watched = settings_for(*COMMON, "logger=many", "logger.mlflow.experiment=elsewhere", "device=cpu",
+                           "trainer.num_threads=2", "probes.order=[]", "probes.attention=[0]", "time_to_accuracy=[0.5]",
+                           f"tokenizer.cache_dir={tmp_path / 'cache'}", f"data.path={tmp_path / 'moved'}")
+    assert run_folder.changed_settings(saved, run_folder.flat(dataclasses.asdict(watched))) == []
+    (run_dir / ".lock").touch()  # (as a run that held the folder left it)
+    before = fingerprint(run_dir)
+    other = settings_for(*COMMON[:-1], "pe=false", "model.d_model=32", "trainer.lr=0.01")
+    with pytest.raises(RunFolderError) as refused, run_folder.claim(run_dir, other, []):
+        pytest.fail("claimed a folder holding other settings")
+    assert (f"{run_dir} holds a run with other training settings (model.d_model=64 there, 32 now; pe=true there, "
+            "false now; trainer.lr=0.003 there, 0.01 now); nothing was changed.") in str(refused.value)
+    assert fingerprint(run_dir) == before
+
+
 # Each kill point runs the pipeline in a subprocess that SIGKILLs itself there: nothing of Python's cleanup runs.
 KILLER = textwrap.dedent("""
     import os, signal, sys

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import sys
 import time
 from dataclasses import asdict
 
@@ -101,6 +102,14 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
 
     search(tiny(tmp_path, data_dir, "n_trials=4"), study_dir)  # a larger n_trials extends the study by one
     assert len(optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 5
+
+
+def test_search_without_optuna_names_its_extra(tmp_path, data_dir, monkeypatch):
+    """docs/runs.md: `python -m search` without its extra says which one to install, before any study exists."""
+    monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
+    with pytest.raises(UserError, match=r'python -m search needs Optuna, the `hpo` extra: pip install -e "\.\[hpo\]"'):
+        search(tiny(tmp_path, data_dir), tmp_path / "study")
+    assert not (tmp_path / "study").exists()
 
 
 def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tmp_path, data_dir):

@@ -410,6 +410,23 @@ def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
     assert "### Against naive (the reference)" in capsys.readouterr().out  # and prints summary.md
 
 
+def test_summarize_refuses_a_folder_without_runs_and_a_path_that_is_no_folder(tmp_path, capsys):
+    """scripts/summarize.py: usage errors exit with 2 (argparse's), saying what is wrong, and write nothing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("summarize", REPO / "scripts" / "summarize.py")
+    summarize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summarize)
+    (tmp_path / "empty" / "nested").mkdir(parents=True)
+    (tmp_path / "file.txt").write_text("not a folder")
+    for path, message in ((tmp_path / "empty", "no run folders (with metrics.json or .hydra/) below"),
+                          (tmp_path / "file.txt", "is not a folder"), (tmp_path / "nowhere", "is not a folder")):
+        with pytest.raises(SystemExit) as exit:
+            summarize.main([str(path)])
+        assert exit.value.code == 2 and message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["empty", "file.txt", "nested"]
+
+
 def test_each_variant_is_paired_with_the_reference_at_the_same_settings(tmp_path):
     """A sweep over model.dropout too: naive at each dropout against efficient at that dropout, never pooled with the
     reference's runs at the other (here a dropout of 0.3 is 5 points lower and twice as slow, in both models)."""

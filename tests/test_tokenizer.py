@@ -145,6 +145,26 @@ def test_unk_from_characters_the_training_texts_never_have_is_no_matter_of_vocab
     assert "tokenizer.vocab_size=" not in warning
 
 
+# a, b (10 times), c and d (4), e to h (once); inside a word: a, b, d, f, h. The alphabet: 8 characters and 5 ## forms.
+INSIDE_AND_OUT = ["ab ab ab ab ab ba ba ba ba ba", "c c c c dd dd ef gh"]
+
+
+def test_the_sizes_the_messages_name_are_those_where_every_character_fits():
+    """docs/runs.md: tokenizer.vocab_size=3 names N, the 5 special tokens and the 13 alphabet tokens; a vocabulary
+    that leaves characters out names its size plus the 8 tokens it lacks (d e f g h and ##d ##f ##h: 5 characters,
+    whose ## forms count too), and at that size every one fits, with the merge it had."""
+    with pytest.raises(UserError, match=r"tokenizer\.vocab_size=3 leaves no room for a character beside the 5 special "
+                                        r"tokens .*; use tokenizer\.vocab_size=18 or more, where every character"):
+        tok.train_tokenizer(INSIDE_AND_OUT, vocab_size=3)
+    assert not tok.missing_alphabet(tok.train_tokenizer(INSIDE_AND_OUT, vocab_size=18), INSIDE_AND_OUT)  # it fits
+    tokenizer = tok.train_tokenizer(INSIDE_AND_OUT, vocab_size=11)  # a, b, c, ##a, ##b and the merge ab
+    warning = tok.unknown_rate_warning(tokenizer, {"train": 0.5}, INSIDE_AND_OUT)
+    assert warning == ("[UNK] is 50.00% of the train tokens: 5 characters of the training texts are not in the "
+                       "11-token vocabulary. Use tokenizer.vocab_size=19 (or more), where every character fits.")
+    every = tok.train_tokenizer(INSIDE_AND_OUT, vocab_size=19)
+    assert not tok.missing_alphabet(every, INSIDE_AND_OUT) and "ab" in every.get_vocab()
+
+
 def test_a_vocab_size_without_room_for_a_character_is_a_clear_error(train_texts):
     with pytest.raises(UserError, match=r"tokenizer.vocab_size=3 leaves no room .* use tokenizer.vocab_size=\d+"):
         tok.train_tokenizer(train_texts[:10], vocab_size=3)

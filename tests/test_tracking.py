@@ -126,6 +126,16 @@ def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monke
     assert not (tmp_path / "metrics.json").exists()
 
 
+def test_tensorboard_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
+    """docs/runs.md: a logger without its extra gets the `tracking` extra's message, TensorBoard's too (its writer
+    imports the tensorboard package)."""
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
+    with pytest.raises(UserError, match=r'logger=tensorboard needs the optional packages of the `tracking` extra: '
+                                        r'pip install -e "\.\[tracking\]"'):
+        train_in_process(tmp_path, *SMOKE, "logger=tensorboard", data_dir=data_dir)
+    assert not (tmp_path / "metrics.json").exists()
+
+
 @pytest.mark.slow
 def test_a_run_that_fails_is_recorded_as_failed(data_dir, tmp_path):
     from mlflow import MlflowClient

@@ -101,6 +101,36 @@ def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     assert [r["epoch"] for r in rows] == [1]
 
 
+def test_an_infinite_loss_stops_the_run_as_a_nan_does(monkeypatch):
+    """docs/runs.md: the loss becoming NaN *or inf* stops the run, naming the epoch and step."""
+    import torch.nn.functional as F
+
+    ids, labels = toy_problem()
+    real_cross_entropy, rows = F.cross_entropy, []
+
+    def cross_entropy(*args, **kwargs):  # from epoch 2 on, an infinite loss (finite weights, until its step)
+        loss = real_cross_entropy(*args, **kwargs)
+        return loss * float("inf") if rows and torch.is_grad_enabled() else loss
+
+    monkeypatch.setattr(F, "cross_entropy", cross_entropy)
+    with pytest.raises(DivergenceError, match="became inf at epoch 2, step 1"):
+        fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+            plain_trainer(epochs=3, lr=1e-3), CPU, on_epoch_end=rows.append)
+    assert [r["epoch"] for r in rows] == [1]
+
+
+def test_balanced_class_weights_are_n_texts_over_n_classes_times_the_class_count():
+    """docs/own-data.md: trainer.class_weights=balanced weighs each class by n_texts / (n_classes × its count),
+    scikit-learn's definition (a class the labels lack weighs 0)."""
+    from sklearn.utils.class_weight import compute_class_weight
+
+    labels = [0] * 6 + [1] * 3 + [3]
+    weights = balanced_class_weights(labels, 4)
+    assert weights.tolist() == pytest.approx([10 / (4 * 6), 10 / (4 * 3), 0.0, 10 / (4 * 1)])
+    assert weights[[0, 1, 3]].tolist() == pytest.approx(
+        compute_class_weight("balanced", classes=np.array([0, 1, 3]), y=labels) * 3 / 4)  # sklearn's, over 3 classes
+
+
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(UserError, match="not a device name"):
         resolve_device("tpu")
