@@ -128,7 +128,6 @@ class MeasuredError(Exception):
     (["--quick"], ([16, 32], 4, 2, 8.0)),  # its --help: T 16 32, B 4, 2 repeats
 ])
 def test_the_benchmark_measures_the_documented_sizes(argv, expected, tmp_path, monkeypatch):
-    import importlib.util
 
     import torch
 
@@ -142,9 +141,7 @@ def test_the_benchmark_measures_the_documented_sizes(argv, expected, tmp_path, m
 
     monkeypatch.setattr(benchmark, "run", run)
     monkeypatch.chdir(tmp_path)
-    spec = importlib.util.spec_from_file_location("benchmark_script", REPO / "scripts" / "benchmark.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("benchmark")
     with pytest.raises(MeasuredError):
         script.main(argv)
     assert asked["sizes"] == expected

@@ -412,11 +412,7 @@ def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
 
 def test_summarize_refuses_a_folder_without_runs_and_a_path_that_is_no_folder(tmp_path, capsys):
     """scripts/summarize.py: usage errors exit with 2 (argparse's), saying what is wrong, and write nothing."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("summarize", REPO / "scripts" / "summarize.py")
-    summarize = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(summarize)
+    summarize = load_script("summarize")
     (tmp_path / "empty" / "nested").mkdir(parents=True)
     (tmp_path / "file.txt").write_text("not a folder")
     for path, message in ((tmp_path / "empty", "no run folders (with metrics.json or .hydra/) below"),
