@@ -20,7 +20,17 @@ import yaml
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 from sklearn.utils.class_weight import compute_class_weight
 
-from conftest import REPO, logits_one_by_one, optional, run_cli, run_split, settings_for, train_in_process, write_jsonl
+from conftest import (
+    REPO,
+    logits_one_by_one,
+    optional,
+    require,
+    run_cli,
+    run_split,
+    settings_for,
+    train_in_process,
+    write_jsonl,
+)
 from mha_textclf import pipeline as train_module
 from mha_textclf import run_folder, training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
@@ -218,10 +228,10 @@ def peak_rss_resets() -> bool:
         return False
 
 
-@pytest.mark.skipif(not peak_rss_resets(), reason="a stage's own peak RSS needs Linux's /proc/self/clear_refs")
 def test_each_stage_records_its_own_seconds_and_the_peak_memory_within_it():
     """docs/runs.md: metrics.json's `stages` holds how long each stage took and the process's peak memory in it,
     not the peak so far: a stage that allocates 200 MB, then one that allocates nothing."""
+    require(peak_rss_resets(), "a stage's own peak RSS needs Linux's /proc/self/clear_refs")
     stage = train_module.Stages(torch.device("cpu"))
     with stage("large"):
         block = np.ones(200 * 2**20 // 8)  # every page written: resident
