@@ -49,6 +49,22 @@ def wait_for_epochs(sweep: Path, epochs: int, timeout: float = 300) -> Path:
     raise AssertionError(f"no run in {sweep} reached {epochs} epochs within {timeout} s")
 
 
+def final_job_states(job_id: str, env: dict[str, str], timeout: float = 60) -> list[str]:
+    """`JobID|State` of each allocation of a job, once none is still pending, running or completing.
+
+    submitit returns a task's result as soon as the task has written it, while its job is still exiting; and
+    slurmdbd records the job's end a moment after slurmctld sees it. So the sweep can be back before accounting says
+    COMPLETED for its last task, and a single `sacct` would race it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = slurm("sacct", "--jobs", job_id, "--allocations", "--noheader", "--parsable2",
+                       "--format=JobID,State", env=env).split()
+        if not any(s.endswith(("|PENDING", "|RUNNING", "|COMPLETING", "|REQUEUED")) for s in states) \
+                or time.monotonic() > deadline:
+            return states
+        time.sleep(0.5)
+
+
 def test_a_three_variant_sweep_runs_as_slurm_jobs(slurm_cluster, data_dir, tmp_path):
     sweep = tmp_path / "sweep"
     result = run_train(*on_slurm(slurm_cluster), "model=naive,efficient,torch", *TINY, f"hydra.sweep.dir={sweep}",
@@ -62,9 +78,7 @@ def test_a_three_variant_sweep_runs_as_slurm_jobs(slurm_cluster, data_dir, tmp_p
     # submitit_folder), and whose three tasks Slurm's accounting records as COMPLETED.
     env = slurm_cluster.env
     array_id = next(p.name for p in (sweep / ".submitit").iterdir() if p.is_dir() and p.name.isdigit())
-    states = slurm("sacct", "--jobs", array_id, "--allocations", "--noheader", "--parsable2",
-                   "--format=JobID,State", env=env)
-    assert sorted(states.split()) == [f"{array_id}_{task}|COMPLETED" for task in range(3)]
+    assert sorted(final_job_states(array_id, env=env)) == [f"{array_id}_{task}|COMPLETED" for task in range(3)]
     # Each job trained with the CPUs Slurm gave it, not with all the machine's.
     assert {RunMetrics.read(sweep / d / "metrics.json").threads for d in runs["run_dir"]} == {1}
 
