@@ -16,7 +16,15 @@ from torch.profiler import ProfilerActivity, profile
 
 from mha_textclf import cli
 from mha_textclf.model import TextClassifier
-from mha_textclf.pipeline import build_model, load_data, make_loaders
+from mha_textclf.pipeline import (
+    adapt_to_corpus,
+    build_model,
+    by_text_length,
+    load_data,
+    make_loaders,
+    vocabulary_size,
+)
+from mha_textclf.settings import BY_TEXT_LENGTH
 from mha_textclf.tokenizer import get_tokenizer
 from mha_textclf.training import seed_everything
 
@@ -35,8 +43,13 @@ def main(argv: list[str]) -> int:
     settings = cli.compose_settings("train", argv)
     seed_everything(settings.seed)
     corpus = load_data(settings)  # as train does: the same batches, the same model
+    # What a corpus decides (settings left null), as train decides it, so that this is the model train would build.
+    settings, _ = adapt_to_corpus(settings, ("tokenizer.vocab_size",), None, None,
+                                  lambda: vocabulary_size(corpus, settings))
     tokenizer = get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
     loader = make_loaders(settings, corpus, tokenizer, torch.device("cpu"))["train"]
+    settings, _ = adapt_to_corpus(settings, tuple(BY_TEXT_LENGTH), None, None,
+                                  lambda: by_text_length(loader.dataset.input_ids))
     batches = [batch for _, batch in zip(range(STEPS + WARMUP), loader, strict=False)]
     print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, token dropout "
           f"{settings.model.token_dropout}, batch {settings.trainer.batch_size}, {torch.get_num_threads()} threads, "

@@ -8,9 +8,10 @@ import commands
 import pandas as pd
 import pytest
 
-from conftest import REPO, load_script
+from conftest import REPO, load_script, settings_for
 from mha_textclf.attention import build_attention
 from mha_textclf.benchmark import Case, attention_flops, naive_memory_gb, ratios
+from mha_textclf.settings import BY_TEXT_LENGTH
 
 
 def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
@@ -200,3 +201,19 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
     assert all(a is b for a, b in zip(masked, compacted, strict=True))
     printed = capsys.readouterr().out
     assert printed.index("## masked (every token):") < printed.index("## compacted (visible tokens only):")
+
+
+def test_profile_step_builds_the_model_train_builds_where_the_corpus_decides_the_settings(data_dir, monkeypatch,
+                                                                                          capsys):
+    """With data=own every setting that adapts is left null: the script decides the vocabulary and the settings of
+    long or short texts as train does (bbc-news cut at 128 tokens: long texts), then profiles that model."""
+    script = load_script("profile_step")
+    models = []
+    monkeypatch.setattr(script, "step", lambda model, optimizer, batch: models.append(model))
+    assert script.main(["experiment=smoke", "trainer.batch_size=4", "data=own", f"data.path={data_dir}"]) == 0
+    run = settings_for("experiment=smoke", "data=own", f"data.path={data_dir}")
+    assert run.model.d_model is None and run.tokenizer.vocab_size is None
+    config = models[0].config
+    assert config.d_model == BY_TEXT_LENGTH["model.d_model"][1]
+    assert config.token_dropout == BY_TEXT_LENGTH["model.token_dropout"][1]
+    assert f"token dropout {config.token_dropout:g}," in capsys.readouterr().out

@@ -11,7 +11,7 @@ from mha_textclf.model import ModelConfig, TextClassifier
 def build(variant="naive", pe=True):
     torch.manual_seed(0)
     return TextClassifier(ModelConfig(vocab_size=50, n_classes=5, attention=variant, d_model=16, n_heads=4,
-                                      mlp_hidden=32, pe=pe, max_length=32, pad_id=0)).eval()
+                                      mlp_hidden=32, pe=pe, max_length=32, pad_id=0, token_dropout=0.75)).eval()
 
 
 def scheduler(optimizer):

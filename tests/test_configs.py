@@ -10,14 +10,16 @@ from omegaconf import MISSING, OmegaConf
 
 from conftest import CONFIG_DIR, compose_config, settings_for, train_in_process
 from mha_textclf.settings import (
+    ADAPTIVE,
     BaselineSettings,
     ModelSettings,
     PredictSettings,
     SearchSettings,
-    TrainerSettings,
     TrainSettings,
+    flat,
     known_keys,
     lookup,
+    with_values,
 )
 
 # The schema each config file's values merge into: a root config's own, a group's that of the app reading it.
@@ -31,9 +33,27 @@ def test_every_variant_and_pe_composes_to_the_schema_defaults(model, pe):
     settings = settings_for(f"model={model}", f"pe={str(pe).lower()}")
     assert isinstance(settings, TrainSettings)
     assert settings.model.attention == model and settings.pe is pe
-    # A variant file changes the variant and nothing else: the rest is the schema's defaults, the one source.
-    assert asdict(settings.model) == asdict(ModelSettings(attention=model))
-    assert settings.trainer == TrainerSettings()
+    # A variant file changes the variant and nothing else: the rest is the schema's defaults, the one source, but for
+    # the training settings the default data config fixes (configs/tuned/bbc_news.yaml).
+    tuned = flat(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "tuned" / "bbc_news.yaml")))
+    expected = with_values(TrainSettings(model=ModelSettings(attention=model)), tuned)
+    assert asdict(settings.model) == asdict(expected.model)
+    assert settings.trainer == expected.trainer
+
+
+def test_a_tuned_file_fixes_only_settings_that_adapt_for_its_own_data_config():
+    """configs/tuned/<data>.yaml applies with data=<data> alone: its keys are settings that adapt (ADAPTIVE), so that
+    it takes nothing from another corpus; data=own leaves them all null, to adapt."""
+    tuned = sorted((CONFIG_DIR / "tuned").glob("*.yaml"))
+    assert tuned
+    for path in tuned:
+        assert (CONFIG_DIR / "data" / path.name).is_file(), f"{path.name}: no data config of that name"
+        keys = flat(OmegaConf.to_container(OmegaConf.load(path)))
+        assert keys and set(keys) <= set(ADAPTIVE), sorted(set(keys) - set(ADAPTIVE))
+        fixed = flat(asdict(settings_for(f"data={path.stem}")))
+        assert all(fixed[k] == v for k, v in keys.items())
+    others = flat(asdict(settings_for("data=own", "data.path=/somewhere")))
+    assert all(others[k] is None for k in ADAPTIVE)
 
 
 def test_default_variant_is_efficient_without_pe():

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from mha_textclf.attention import VARIANTS
 from mha_textclf.model import ModelConfig, SinusoidalPositionalEncoding, TextClassifier, visible_tokens
+from mha_textclf.settings import BY_TEXT_LENGTH
 
 CLS, SEP, PAD = 2, 3, 0
 
@@ -147,11 +148,12 @@ def test_token_dropout_never_leaves_a_text_fewer_than_keep_tokens(variant):
 
 
 def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_and_1_minus_32_over_n():
-    """docs/own-data.md's rule with the schema's defaults (token dropout 0.75, keep 32): a 20-token snippet keeps every
-    token, a 40-token text is hidden at 1 - 32/40 = 0.2, a 160-token article at 0.75 itself."""
+    """docs/own-data.md's rule with the defaults of short-text corpora (token dropout 0.75, the schema's keep 32): a
+    20-token snippet keeps every token, a 40-token text is hidden at 1 - 32/40 = 0.2, a 160-token article at 0.75."""
     torch.manual_seed(0)
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=5, d_model=16, n_heads=4,
-                                       mlp_hidden=32, pe=False, max_length=200, pad_id=PAD))  # the rest: defaults
+                                       mlp_hidden=32, pe=False, max_length=200, pad_id=PAD,
+                                       token_dropout=BY_TEXT_LENGTH["model.token_dropout"][0]))  # the rest: defaults
     ids, mask = batch([21, 41, 161])  # [CLS] + n tokens: n = 20, 40, 160
     torch.manual_seed(3)
     trained = model.train()(ids, mask)
@@ -165,7 +167,7 @@ def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_an
 
 def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=2000, n_classes=5, d_model=64, n_heads=8,
-                                       pe=False, max_length=512, pad_id=PAD))
+                                       pe=False, max_length=512, pad_id=PAD, token_dropout=0.0))
     assert model.embedding_scale == 8.0
     weight = model.embedding.weight.detach().clone()
     assert weight[0].abs().sum() == 0  # the padding row

@@ -21,8 +21,9 @@ from conftest import REPO, fingerprint, run_split, settings_for, train_in_proces
 from mha_textclf import run_folder, training
 from mha_textclf.errors import RunFolderError
 from mha_textclf.reports import RunMetrics
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, show
 from mha_textclf.summary import run_row
-from mha_textclf.tokenizer import resolve_vocab_size
+from mha_textclf.tokenizer import load_tokenizer, resolve_vocab_size
 
 # Dropout, token dropout, a warm-up + cosine schedule and length grouping carry RNG and schedule state across epochs:
 # continuing must restore all of it for the history to match the uninterrupted run's.
@@ -382,6 +383,48 @@ def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path
         patch.setattr(training, "_train_epoch", not_epoch_1)
         metrics = train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
     assert_same_as_uninterrupted(resumed, metrics, uninterrupted)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_length", [128, 48])  # bbc-news articles cut at 128 tokens are long texts; at 48, short
+def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_same_command_continues(
+        data_dir, tmp_path, caplog, max_length):
+    """settings.BY_TEXT_LENGTH: with half the training texts at LONG_TEXT tokens or more, the second values, else the
+    first; decided once, logged, written where the run is described; a value given (here trainer.epochs) wins."""
+    run_dir = tmp_path / "run"
+    command = ["experiment=smoke", "probes.attention=[]", f"data.max_length={max_length}", "model.d_model=null",
+               "model.token_dropout=null", "trainer.label_smoothing=null"]  # bbc-news' config fixes them
+    caplog.set_level(logging.INFO)
+    metrics = train_in_process(run_dir, *command, data_dir=data_dir)
+    # The reference: the run's own tokenizer over its own training texts, lengths counted here.
+    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length)
+    lengths = sorted(len(ids) for ids in tokenizer(run_split(run_dir, "train").texts, truncation=True,
+                                                   max_length=max_length)["input_ids"])
+    median = (lengths[(len(lengths) - 1) // 2] + lengths[len(lengths) // 2]) / 2
+    long = median >= LONG_TEXT
+    assert long is (max_length == 128)
+    config = run_folder.flat(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    decided = {k: values[long] for k, values in BY_TEXT_LENGTH.items() if k != "trainer.epochs"}
+    assert {k: config[k] for k in decided} == decided and config["trainer.epochs"] == 2  # the smoke run's own
+    assert set(metrics.adapted) == set(decided)  # trainer.epochs was given: nothing to decide
+    assert all(metrics.adapted[k].startswith(f"{show(v)}: the median training text has {median:g} tokens")
+               for k, v in decided.items()), metrics.adapted
+    assert f"model.d_model={decided['model.d_model']} (null: the median training text" in caplog.text
+    saved = torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]
+    assert run_folder.flat(saved)["model.token_dropout"] == decided["model.token_dropout"]
+    assert torch.load(run_dir / "model.pt", weights_only=True)["model_config"]["d_model"] == decided["model.d_model"]
+    # The same command (null again) finds its run; another value is other settings.
+    assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
+    with pytest.raises(RunFolderError, match=r"trainer\.label_smoothing"):
+        train_in_process(run_dir, *command, "trainer.label_smoothing=0.05", data_dir=data_dir)
+
+
+def test_a_null_epoch_count_is_the_run_s_own_and_a_longer_one_with_a_decaying_schedule_is_other_settings():
+    saved = run_folder.flat(dataclasses.asdict(settings_for(*COMMON)))
+    now = run_folder.flat(dataclasses.asdict(settings_for(*COMMON, "trainer.epochs=null")))
+    assert saved["trainer.epochs"] == 3 and now["trainer.epochs"] is None
+    assert run_folder.changed_settings(saved, now) == []
+    assert run_folder.changed_settings(saved, now | {"trainer.epochs": 4}) == ["trainer.epochs"]
 
 
 @pytest.mark.slow

@@ -63,6 +63,8 @@ MISTAKES = [
     (["+model.vocab_size=500"], "model.vocab_size is set by the pipeline from the trained tokenizer's size"),
     (["model.max_length=1024"], "model.max_length is set by the pipeline from data.max_length"),
     (["model.n_heads=5"], "model.n_heads=5: model.d_model=64 is not divisible by it"),
+    # A width left null becomes 64 or 128 by the corpus: a head count must divide both.
+    (["data=own", "data.path=x", "model.n_heads=3"], "model.d_model=64 (what null may become) is not divisible by"),
     (["model.d_model=63", "model.n_heads=1", "pe=true"], "pe=true needs an even model.d_model"),
     (["model.attention=naive"], "model.attention is chosen with model=naive|efficient|torch"),
     (["trainer=default"], "trainer is a group of settings, not a value or a config group"),

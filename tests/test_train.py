@@ -36,9 +36,9 @@ from mha_textclf import run_folder, training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
 from mha_textclf.inference import load_run, predict
-from mha_textclf.model import TextClassifier
+from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.reports import RunMetrics
-from mha_textclf.settings import DataSettings
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, DataSettings, TrainerSettings
 from mha_textclf.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_tokenizer
 from mha_textclf.tracking import Trackers
 from mha_textclf.training import DivergenceError
@@ -585,3 +585,26 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
     assert min(history(run_dir), key=lambda r: r["val_loss"])["val_loss"] == pytest.approx(expected, rel=1e-5)
     table = predict(settings_for(f"run_dir={run_dir}", "text=[crude crude report,earn earn report]", app="predict"))
     assert list(table.columns) == ["text", *sorted(topics), "predicted"]
+
+
+@pytest.mark.parametrize(("lengths", "long"), [
+    ([LONG_TEXT] * 3 + [10] * 2, True),  # the median at the threshold: long
+    ([LONG_TEXT - 1] * 3 + [1000] * 2, False),  # many very long texts, but not half
+    ([10, LONG_TEXT - 2, LONG_TEXT + 2, 1000], True),  # an even count: the mean of the middle two
+    ([10, LONG_TEXT - 2, LONG_TEXT + 1, 1000], False),
+])
+def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_half_the_texts_at_128_tokens(lengths,
+                                                                                                        long):
+    decided = train_module.by_text_length([[1] * n for n in lengths])
+    assert {k: value for k, (value, _) in decided.items()} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
+    assert {why for _, why in decided.values()} == {
+        f"the median training text has {np.median(lengths):g} tokens, "
+        f"{'at least' if long else 'fewer than'} {LONG_TEXT}: {'a corpus of long texts' if long else 'short texts'}"}
+
+
+def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and_what_to_do():
+    with pytest.raises(ValueError, match=r"model\.d_model, model\.token_dropout left null: a setting that adapts"):
+        ModelConfig(attention="efficient", vocab_size=50, n_classes=2, n_heads=2, pe=False, max_length=8, pad_id=0)
+    with pytest.raises(ValueError, match=r"trainer\.epochs left null: .*give it a value, or let "
+                                         r"pipeline\.adapt_to_corpus decide it"):
+        training.fit(torch.nn.Linear(1, 1), [], [], TrainerSettings(label_smoothing=0.0), torch.device("cpu"))

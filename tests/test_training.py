@@ -12,7 +12,7 @@ from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import collate, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
-from mha_textclf.settings import TrainerSettings
+from mha_textclf.settings import BY_TEXT_LENGTH, TrainerSettings
 from mha_textclf.training import (
     DivergenceError,
     balanced_class_weights,
@@ -47,8 +47,11 @@ def model(**overrides):
 
 
 def plain_trainer(**overrides) -> TrainerSettings:
-    """The trainer settings with a plain constant learning rate, so that each test sees only what it changes."""
-    return TrainerSettings(**{"schedule": "constant", "warmup_epochs": 0.0} | overrides)
+    """The trainer settings with a plain constant learning rate, so that each test sees only what it changes (and
+    those that adapt to a corpus at the values of short texts)."""
+    short_texts = {k.removeprefix("trainer."): values[0] for k, values in BY_TEXT_LENGTH.items()
+                   if k.startswith("trainer.")}
+    return TrainerSettings(**short_texts | {"schedule": "constant", "warmup_epochs": 0.0} | overrides)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

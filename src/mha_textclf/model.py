@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from mha_textclf.attention import build_attention
-from mha_textclf.settings import ModelSettings
+from mha_textclf.settings import ModelSettings, require_decided
 
 
 @dataclass(kw_only=True)
@@ -24,6 +24,9 @@ class ModelConfig(ModelSettings):
     pe: bool  # the top-level switch
     max_length: int  # data.max_length: the longest input the positional encoding covers
     pad_id: int  # the tokenizer's [PAD]
+
+    def __post_init__(self):
+        require_decided(self, "model")
 
 
 class SinusoidalPositionalEncoding(nn.Module):

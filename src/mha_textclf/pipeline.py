@@ -10,10 +10,11 @@ from __future__ import annotations
 import copy
 import logging
 import shlex
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -35,7 +36,7 @@ from mha_textclf.reports import (
     time_to_accuracy,
     write_json,
 )
-from mha_textclf.settings import TrainSettings, flat
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, TrainSettings, flat, show, with_values
 from mha_textclf.tokenizer import (
     encode,
     get_tokenizer,
@@ -108,10 +109,14 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
         with stage("data"):
             corpus = inputs.get("corpus", settings, lambda: load_data(settings))
         with stage("tokenizer"):
-            settings, adapted = adapt_to_corpus(settings, corpus, run_dir, state)
+            settings, adapted = adapt_to_corpus(settings, ("tokenizer.vocab_size",), run_dir, state,
+                                                lambda: vocabulary_size(corpus, settings))
             tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, start.in_place, inputs)
         with stage("encode"):
             loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
+        settings, by_length = adapt_to_corpus(settings, tuple(BY_TEXT_LENGTH), run_dir, state,
+                                              lambda: by_text_length(loaders["train"].dataset.input_ids))
+        adapted |= by_length
         unk_rate = unknown_tokens(tokenizer, loaders, corpus)
         model = build_model(settings, corpus, tokenizer).to(device)
         trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
@@ -200,22 +205,40 @@ def load_data(settings: TrainSettings) -> Corpus:
     return corpus
 
 
-def adapt_to_corpus(settings: TrainSettings, corpus: Corpus, run_dir: Path,
-                    state: dict | None) -> tuple[TrainSettings, dict[str, str]]:
-    """The settings with those left null to adapt to the corpus (settings.ADAPTIVE) decided, once: a continued run
-    keeps the values it decided when it started. Logged, written into config.yaml (and so into last.pt's metadata),
-    and returned as {key: "value: why"} for metrics.json."""
-    if settings.tokenizer.vocab_size is not None:
+def adapt_to_corpus(settings: TrainSettings, keys: Sequence[str], run_dir: Path | None, state: dict | None,
+                    decide: Callable[[], dict[str, tuple]]) -> tuple[TrainSettings, dict[str, str]]:
+    """The settings with those of `keys` left null (settings.ADAPTIVE) decided by `decide()`, {key: (value, why)},
+    once: a continued run keeps the values it decided when it started. Logged, written into run_dir's config.yaml
+    (and so into last.pt's metadata), and returned as {key: "value: why"} for metrics.json."""
+    left_null = [k for k in keys if flat(asdict(settings))[k] is None]
+    if not left_null:
         return settings, {}
     if state:
-        decided = state["metadata"]["config"]["tokenizer"]["vocab_size"]
-        tokenizer, why = replace(settings.tokenizer, vocab_size=decided), "decided when this run started"
+        saved = flat(state["metadata"]["config"])
+        decided = {k: (saved[k], "decided when this run started") for k in left_null}
     else:
-        tokenizer, why = resolve_vocab_size(corpus.train.texts, settings.tokenizer)
-    settings = replace(settings, tokenizer=tokenizer)
-    log.info(f"tokenizer.vocab_size={tokenizer.vocab_size} (null: {why})")
-    run_folder.write_config(run_dir, settings)
-    return settings, {"tokenizer.vocab_size": f"{tokenizer.vocab_size}: {why}"}
+        decided = {k: why for k, why in decide().items() if k in left_null}
+    settings = with_values(settings, {k: value for k, (value, _) in decided.items()})
+    for k, (value, why) in decided.items():
+        log.info(f"{k}={show(value)} (null: {why})")
+    if run_dir is not None:
+        run_folder.write_config(run_dir, settings)
+    return settings, {k: f"{show(value)}: {why}" for k, (value, why) in decided.items()}
+
+
+def vocabulary_size(corpus: Corpus, settings: TrainSettings) -> dict[str, tuple]:
+    tokenizer, why = resolve_vocab_size(corpus.train.texts, settings.tokenizer)
+    return {"tokenizer.vocab_size": (tokenizer.vocab_size, why)}
+
+
+def by_text_length(input_ids: Sequence[Sequence[int]]) -> dict[str, tuple]:
+    """settings.BY_TEXT_LENGTH's values for a corpus whose training texts are these encodings: its second values
+    where half of them have settings.LONG_TEXT tokens or more."""
+    median = statistics.median(len(ids) for ids in input_ids)
+    long = median >= LONG_TEXT
+    why = (f"the median training text has {median:g} tokens, {'at least' if long else 'fewer than'} {LONG_TEXT}: "
+           f"{'a corpus of long texts' if long else 'short texts'}")
+    return {k: (values[long], why) for k, values in BY_TEXT_LENGTH.items()}
 
 
 def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None,

@@ -70,7 +70,8 @@ def changed_settings(saved: dict, now: dict) -> list[str]:
     changed = sorted(k for k in saved.keys() & now.keys()
                      if saved[k] != now[k] and is_training_setting(k) and k not in CONTINUABLE_CHANGES
                      and not (k in ADAPTIVE and now[k] is None))  # null: whatever the run decided
-    if saved.get("trainer.epochs") != now.get("trainer.epochs") and now.get("trainer.schedule") != "constant":
+    if (now.get("trainer.epochs") not in (None, saved.get("trainer.epochs"))  # null: whatever the run decided
+            and now.get("trainer.schedule") != "constant"):
         changed.append("trainer.epochs")  # a decaying schedule is laid out over the original epochs
     return changed
 
@@ -144,7 +145,7 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Start
                 "a sweep), or start afresh in this one with overwrite=true (its results are deleted).")
         last = run_dir / "last.pt"
         if status.get("state") == FINISHED and (run_dir / "metrics.json").is_file() and (
-                not last.is_file() or saved.get("trainer.epochs") == settings.trainer.epochs):
+                not last.is_file() or settings.trainer.epochs in (None, saved.get("trainer.epochs"))):
             log.info(f"{run_dir} already holds this run, finished: nothing to train (overwrite=true trains it again)")
             return Start(finished=RunMetrics.read(run_dir / "metrics.json"), attempt=attempt - 1)
         if last.is_file():
@@ -175,7 +176,7 @@ def differences(saved: dict, now: dict, keys: list[str], where: str) -> str:
 
 
 def _check_epochs(state: dict, settings: TrainSettings) -> None:
-    if state["epoch"] > settings.trainer.epochs:
+    if settings.trainer.epochs is not None and state["epoch"] > settings.trainer.epochs:  # null: the run's own
         raise RunFolderError(f"trainer.epochs={settings.trainer.epochs}, but the run to continue has already trained "
                              f"{state['epoch']} epochs; give trainer.epochs={state['epoch']} or more.")
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from mha_textclf.checkpoint import restore_training_state, save_checkpoint, save_training_state
 from mha_textclf.errors import UserError
-from mha_textclf.settings import TrainerSettings
+from mha_textclf.settings import TrainerSettings, require_decided
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,7 @@ def fit(
     val_accuracy, lr, the epoch's training and validation seconds (timed apart), the training seconds so far, and
     train_tokens (non-padding tokens).
     """
+    require_decided(config, "trainer")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = len(train_loader)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
