@@ -76,7 +76,10 @@ def test_the_same_command_on_a_finished_folder_trains_nothing(data_dir, tmp_path
 @pytest.mark.slow
 def test_other_settings_are_refused_before_anything_changes_and_overwrite_starts_afresh(data_dir, tmp_path):
     run_dir = tmp_path / "run"
-    train_in_process(run_dir, *COMMON, data_dir=data_dir)
+    # The first run draws a heatmap for a probe sentence that the run replacing it does not have.
+    probed = [o for o in COMMON if not o.startswith("probes.attention=")] + ["probes.attention=[an old probe]"]
+    train_in_process(run_dir, *probed, data_dir=data_dir)
+    assert (run_dir / "attention_an_old_probe.png").exists()
     before = fingerprint(run_dir)
     with pytest.raises(RunFolderError, match=r"pe=true there, false now.*overwrite=true"):
         train_in_process(run_dir, *COMMON[:-1], "pe=false", data_dir=data_dir)
@@ -86,9 +89,17 @@ def test_other_settings_are_refused_before_anything_changes_and_overwrite_starts
         train_in_process(run_dir, *COMMON, "trainer.epochs=4", data_dir=data_dir)
     assert fingerprint(run_dir) == before
     (run_dir / "stale.txt").write_text("not the run's")
+    an_hour_ago = time.time_ns() - 3600 * 10**9  # what the folder holds is marked as older than anything written now
+    for path in run_dir.rglob("*"):
+        os.utime(path, ns=(an_hour_ago, an_hour_ago))
     metrics = train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
     assert metrics.pe is False and yaml.safe_load((run_dir / "config.yaml").read_text())["pe"] is False
     assert len(rows(run_dir)) == 3 and (run_dir / "stale.txt").exists()  # only the run's own files are replaced
+    # ...every one of them (docs/runs.md: overwrite=true deletes the run's own files, then starts afresh): what the
+    # folder holds now is the new run's, written since it started, and the old run's heatmap went with the rest.
+    older = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
+                   if p.is_file() and p.stat().st_mtime_ns <= an_hour_ago)
+    assert older == [".lock", "stale.txt"]
 
 
 def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_difference(tmp_path):
