@@ -90,6 +90,15 @@ def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monke
     assert f"python -m train {shlex.join(COMMON)} resume={part}" in str(info.value)
     with pytest.raises(UserError, match=r"No training state \(last.pt\)"):
         train_in_process(tmp_path / "again", *COMMON, f"resume={tmp_path}", data_dir=data_dir)
+    # A resumed run interrupted in turn prints the command that resumes it: its settings and its own folder, not
+    # the folder it was resumed from as well (a command with two resume= is not the exact command).
+    resumed = tmp_path / "resumed"
+    caplog.clear()
+    with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="train"):
+        interrupt_after_epoch(2, patch)
+        train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
+    (printed,) = re.findall(r"into a new folder: (python -m train .*)$", caplog.text, re.MULTILINE)
+    assert printed == f"python -m train {shlex.join(COMMON)} resume={resumed}"
 
 
 @pytest.mark.slow
