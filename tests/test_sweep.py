@@ -33,6 +33,7 @@ from mha_textclf.summary import (
     summary_markdown,
     write_summary,
 )
+from mha_textclf.sweep import JobRecord
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]", "data.max_length=128"]
 
@@ -479,6 +480,28 @@ def test_the_memory_panel_shows_each_variant_mean_and_range(tmp_path):
     ranges = {label_at[segment[0, 1]]: tuple(segment[:, 0]) for segment in whiskers.get_segments()}
     assert ranges == {"naive, pe=False (3 runs)": (600.0, 650.0), "torch, pe=True (1 run)": (700.0, 700.0)}
     assert ax.get_xlim()[1] > 700.0  # the longest bar ends inside the axes
+
+
+def test_memory_is_said_not_to_compare_only_when_jobs_shared_a_process(tmp_path):
+    """docs/comparing.md: summary.md notes when the jobs shared one process (the basic launcher; joblib's workers run
+    several jobs each), since a later job's peak RSS then holds what earlier jobs left behind; jobs that each had a
+    process of their own (submitit_local, Slurm), and runs without a job record, are compared as they are."""
+    def sweep(name: str, pids: list[int | None]) -> str:
+        folder = tmp_path / name
+        for num, pid in enumerate(pids):
+            fake_run(folder / f"{num}_seed-{num}", seed=num, stages={"fit": {"peak_memory_mb": 600.0 + num}})
+            if pid is not None:
+                JobRecord(job=num, overrides=[f"seed={num}"], started_at="2026-01-01T00:00:00.000+00:00",
+                          ended_at="2026-01-01T00:00:02.000+00:00", wall_seconds=2.0, host="node", pid=pid,
+                          status="COMPLETED").write(folder / f"{num}_seed-{num}")
+        write_summary(folder)
+        return (folder / "summary.md").read_text()
+
+    assert "3 jobs shared one process" in sweep("basic", [7, 7, 7])
+    assert "3 jobs shared 2 processes" in sweep("joblib", [7, 8, 7])
+    for alone in (sweep("submitit", [7, 8, 9]), sweep("no_records", [None, None, None])):
+        assert "Peak RSS is the whole process's resident memory" in alone  # what the column measures...
+        assert "jobs shared" not in alone and "does not compare" not in alone  # ...and no warning against it
 
 
 def scatter_points(ax) -> np.ndarray:
