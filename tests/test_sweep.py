@@ -451,6 +451,16 @@ def test_repeats_of_a_seed_are_runs_not_seeds(tmp_path):
     assert "the spread between repeats" in text
     (row,) = md_table(text, "### Against efficient")
     assert row["shared seeds"] == "1" and row["val accuracy"] == "identical at the one seed"  # repeats averaged
+    # The same runs at three seeds: no repeats, and no such warning (each ± is a spread between seeds).
+    seeds = tmp_path / "seeds"
+    for i, accuracy in enumerate([0.90, 0.92, 0.94]):
+        fake_run(seeds / f"naive_{i}", model="naive", seed=i, accuracy=accuracy, n_samples=1000)
+    fake_run(seeds / "efficient", model="efficient", seed=0, accuracy=0.92, n_samples=1000)
+    write_summary(seeds)
+    text = (seeds / "summary.md").read_text()
+    variants = {r["model"]: r for r in md_table(text, "## The answer: bbc-news")}
+    assert (variants["naive"]["runs"], variants["naive"]["seeds"]) == ("3", "3")
+    assert "the spread between repeats" not in text
 
 
 def test_cuda_peaks_get_their_column_and_panel(tmp_path):
