@@ -4,6 +4,7 @@ save_to_disk, a hub id), the splits and class names, every error, and batching w
 import bz2
 import gzip
 import json
+import logging
 import re
 from collections import Counter
 
@@ -406,11 +407,15 @@ def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
             assert load("some/labels") == corpus
 
 
-def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carved_stratified(tmp_path):
-    """R52 has topics with one training story: the carve cannot put them on both sides, so they stay in train."""
+def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carved_stratified(tmp_path, caplog):
+    """R52 has topics with one training story: the carve cannot put them on both sides, so they stay in train, and
+    the log names their class (docs/own-data.md)."""
     records = [{"text": f"text {i}", "label": "alone" if i == 7 else ("a", "b")[i % 2]} for i in range(41)]
     write_jsonl(tmp_path, {"train": records, "test": [{"text": "t", "label": "a"}, {"text": "u", "label": "b"}]})
-    corpus = load_corpus(DataSettings(path=str(tmp_path)), seed=3)
+    with caplog.at_level(logging.INFO, logger="mha_textclf.data"):
+        corpus = load_corpus(DataSettings(path=str(tmp_path)), seed=3)
+    (said,) = [r.getMessage() for r in caplog.records if "single training text" in r.getMessage()]
+    assert said.endswith(": alone")
     assert "text 7" in corpus.train.texts and "text 7" not in corpus.val.texts
     # The others are carved exactly as scikit-learn carves them without the lone text.
     others = [r for r in records if r["label"] != "alone"]
