@@ -212,6 +212,30 @@ def test_early_stopping_writes_best_pt_and_the_model_ends_with_the_final_weights
         assert torch.equal(tensor, ending[name]), name
 
 
+@pytest.mark.parametrize("final_weights", ["last", "best"])
+def test_an_interrupted_run_ends_with_its_last_finished_epoch_or_with_best_the_best(tmp_path, final_weights):
+    """docs/runs.md: Ctrl-C stops after the current step and writes the reports for the last finished epoch (or the
+    best, with trainer.final_weights=best), as an uninterrupted run would: here after epoch 4 of 30, with the best
+    epoch earlier."""
+    ids, labels = toy_problem()
+    val = make_loader(ids[:6], [1 - y for y in labels[:6]], 16, 0)  # its loss soon rises: the best epoch is early
+    net = model()
+
+    def interrupt_after_epoch_4(row):
+        if row["epoch"] == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    result = fit(net, make_loader(ids, labels, 8, 0, shuffle=True), val,
+                 plain_trainer(epochs=30, lr=3e-2, final_weights=final_weights), CPU, best_path=tmp_path / "best.pt",
+                 state_path=tmp_path / "last.pt", on_epoch_end=interrupt_after_epoch_4)
+    assert result.interrupted == "SIGINT" and len(result.history) == 4 and result.best_epoch < 4
+    best, _ = load_checkpoint(tmp_path / "best.pt")
+    ending = best.state_dict() if final_weights == "best" else load_training_state(tmp_path / "last.pt")["model"]
+    assert result.reported_epoch == (result.best_epoch if final_weights == "best" else 4)
+    for name, tensor in net.state_dict().items():
+        assert torch.equal(tensor, ending[name]), name
+
+
 def test_label_smoothing_changes_the_training_loss_only():
     ids, labels = toy_problem()
     rows = {}
