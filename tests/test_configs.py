@@ -11,6 +11,7 @@ from omegaconf import MISSING, OmegaConf
 from conftest import CONFIG_DIR, compose_config, settings_for, train_in_process
 from mha_textclf.settings import (
     ADAPTIVE,
+    BY_TEXT_LENGTH,
     BaselineSettings,
     ModelSettings,
     PredictSettings,
@@ -54,6 +55,9 @@ def test_a_tuned_file_fixes_only_settings_that_adapt_for_its_own_data_config():
         assert all(fixed[k] == v for k, v in keys.items())
     others = flat(asdict(settings_for("data=own", "data.path=/somewhere")))
     assert all(others[k] is None for k in ADAPTIVE)
+    # bbc-news keeps what it was tuned with: the values of short texts, though its articles are long.
+    bbc = flat(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "tuned" / "bbc_news.yaml")))
+    assert bbc == {k: values[0] for k, values in BY_TEXT_LENGTH.items()}
 
 
 def test_default_variant_is_efficient_without_pe():

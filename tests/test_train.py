@@ -608,3 +608,12 @@ def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and
     with pytest.raises(ValueError, match=r"trainer\.epochs left null: .*give it a value, or let "
                                          r"pipeline\.adapt_to_corpus decide it"):
         training.fit(torch.nn.Linear(1, 1), [], [], TrainerSettings(label_smoothing=0.0), torch.device("cpu"))
+
+
+def test_the_documented_log_line_of_a_corpus_of_long_texts_is_the_rule_s_own():
+    """docs/configuration.md and docs/own-data.md quote the line a run on 20 Newsgroups logs (median 195 tokens)."""
+    decided = train_module.by_text_length([[1] * n for n in (100, 195, 300)])
+    value, why = decided["trainer.epochs"]
+    line = f"trainer.epochs={value} (null: {why})"
+    for doc in ("configuration.md", "own-data.md"):
+        assert line in " ".join((REPO / "docs" / doc).read_text().split()), doc
