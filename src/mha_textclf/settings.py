@@ -49,8 +49,8 @@ ATTENTION_VARIANTS = ("naive", "efficient", "torch")
 
 # Settings left null that take one of two values by the length of the corpus's texts (pipeline.adapt_to_corpus): the
 # first for most corpora, the second for a corpus of long texts, where half the training texts have LONG_TEXT tokens
-# or more ([CLS] and [SEP] included, cut at data.max_length). Token dropout hides a different three quarters of such
-# a text at every pass, so the model gains from more passes, heavier dropout, wider vectors and smoothed labels; on
+# or more ([CLS] and [SEP] included, cut at data.max_length). Token dropout hides most of such a text, a different
+# part at every pass, so the model gains from more passes, heavier dropout, wider vectors and smoothed labels; on
 # short texts, which token dropout leaves whole (model.token_dropout_keep), the same settings overfit. Measured on
 # eight corpora (docs/own-data.md): 20 Newsgroups +2 points of test accuracy, short-text corpora up to −3.
 LONG_TEXT = 128
