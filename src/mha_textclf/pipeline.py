@@ -100,7 +100,7 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
     if settings.trainer.num_threads or threads:
         torch.set_num_threads(settings.trainer.num_threads or threads)
     seed_everything(settings.seed)
-    log.info(f"run folder {run_dir}  |  model={settings.model.attention} pe={settings.pe} seed={settings.seed} "
+    log.info(f"run folder {run_dir}  |  model={settings.model.attention} pe={show(settings.pe)} seed={settings.seed} "
              f"device={device}")
 
     # The loggers (logger=...) close with the run: FINISHED, KILLED by a signal, or FAILED on any exception.
