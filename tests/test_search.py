@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import commands
 import pytest
@@ -241,6 +242,46 @@ def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
     assert (best["val_loss"], best["test_accuracy"], best["train_seconds"], best["epochs"]) == (
         metrics.val.loss, metrics.test.accuracy, metrics.train_seconds, metrics.epochs)
     assert len({m.epochs for m in returned.values()}) == len(returned) == 3  # so epochs came from that trial
+
+
+def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_importance(tmp_path, monkeypatch):
+    """docs/search.md: optimization_history.png shows the finished trials' validation accuracy against the trial
+    number and the best so far; param_importances.png a bar per parameter of the space, Optuna's importance evaluator
+    over the finished trials. Read from the figures the study saved, against the study in its storage."""
+    from matplotlib.figure import Figure
+
+    from mha_textclf.tuning import run_search
+
+    figures, real_savefig = {}, Figure.savefig
+
+    def savefig(figure, fname, *args, **kwargs):  # written as .<name>.png.<pid>.tmp, then renamed
+        figures[Path(fname).name.split(".")[1]] = figure
+        return real_savefig(figure, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+
+    def losses(overrides):  # the learning rate decides the accuracy, the weight decay barely
+        values = dict(o.split("=") for o in overrides)
+        return [float(values["trainer.lr"]) * 5 + float(values["trainer.weight_decay"]) / 100]
+
+    settings = study_settings(tmp_path, n_trials=6, pruning=False)
+    settings.params |= {"trainer.weight_decay": "interval(0, 0.1)"}
+    study = run_search(settings, tmp_path / "study", fake_trainer(losses))
+    assert {p.name for p in (tmp_path / "study").glob("*.png")} == {"optimization_history.png",
+                                                                   "param_importances.png"}
+    (history,) = figures["optimization_history"].axes
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    numbers, values = [t.number for t in complete], [t.value for t in complete]
+    assert len(complete) == 6
+    points = history.collections[0].get_offsets()
+    assert list(points[:, 0]) == numbers and list(points[:, 1]) == pytest.approx(values)
+    (best,) = [line for line in history.lines if line.get_label() == "Best Value"]
+    assert list(best.get_ydata()) == pytest.approx([max(values[: i + 1]) for i in range(len(values))])
+    (importances,) = figures["param_importances"].axes
+    bars = {label.get_text(): bar.get_width()
+            for label, bar in zip(importances.get_yticklabels(), importances.patches, strict=True)}
+    assert bars == pytest.approx(optuna.importance.get_param_importances(study))
+    assert set(bars) == {"trainer.lr", "trainer.weight_decay"}
 
 
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
