@@ -284,6 +284,32 @@ def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_
     assert set(bars) == {"trainer.lr", "trainer.weight_decay"}
 
 
+def test_a_worker_stops_once_the_study_has_n_trials_finished_pruned_ones_by_other_workers_included(tmp_path):
+    """docs/search.md: together the workers finish n_trials finished (complete or pruned) trials; each stops
+    starting trials once the study has that many, whoever finished them. Here another worker prunes two trials
+    while this one runs its first: with n_trials=3, that first trial is its last."""
+    from optuna.distributions import FloatDistribution
+
+    from mha_textclf.tuning import run_search
+
+    settings = study_settings(tmp_path, n_trials=3, pruning=False)
+    calls, fake = [], fake_trainer(lambda o: [0.5])
+
+    def train_trial(overrides, run_dir, on_epoch_end):
+        if not calls:  # another worker's pruned trials, recorded in the shared storage meanwhile
+            other = optuna.load_study(study_name=settings.study, storage=settings.storage)
+            for lr in (1e-3, 1e-2):
+                other.add_trial(optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.PRUNED, params={"trainer.lr": lr}, intermediate_values={1: 0.9},
+                    distributions={"trainer.lr": FloatDistribution(1e-4, 1e-1, log=True)}))
+        calls.append(overrides)
+        return fake(overrides, run_dir, on_epoch_end)
+
+    study = run_search(settings, tmp_path / "study", train_trial)
+    assert len(calls) == 1
+    assert sorted(t.state.name for t in study.trials) == ["COMPLETE", "PRUNED", "PRUNED"]
+
+
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
     """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (about 6 of the 50 asked for; read as
     seconds, a single trial)."""
