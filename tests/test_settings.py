@@ -147,6 +147,12 @@ def test_a_correct_command_line_passes():
                                  "data.max_train_samples=64", "trainer.grad_clip=null", "experiment=best") == []
 
 
+def test_an_accuracy_of_1_is_a_level_time_to_accuracy_may_name():
+    """The refusal says accuracies lie in (0,1]: 1 itself, perfect validation accuracy, is a level to time."""
+    assert command_line_problems("time_to_accuracy=[0.5,1]") == []
+    assert settings_for("time_to_accuracy=[1.0]").time_to_accuracy == [1.0]
+
+
 def test_predict_checks_its_own_settings():
     assert command_line_problems("run_dir=x", "text=123", app="predict") == [
         "text=123: was read as int, not as text; quote it for Hydra, e.g. text=\"'123'\" or "
