@@ -242,9 +242,14 @@ def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts,
     shutil.copytree(minilm_dir, copy)
     texts = train_texts[:10]
     assert tok.cache_key(texts, 500, str(copy)) == tok.cache_key(texts, 500, str(minilm_dir))
-    with (copy / "tokenizer_config.json").open("a") as f:
-        f.write(" ")
-    assert tok.cache_key(texts, 500, str(copy)) != tok.cache_key(texts, 500, str(minilm_dir))
+    # Every file that may build it: tokenizer_config.json, and vocab.txt (without tokenizer.json, transformers builds
+    # a BERT tokenizer from vocab.txt, its special tokens' ids included).
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        changed = tmp_path / f"changed-{name}"
+        shutil.copytree(minilm_dir, changed)
+        with (changed / name).open("a") as f:
+            f.write(" ")
+        assert tok.cache_key(texts, 500, str(changed)) != tok.cache_key(texts, 500, str(minilm_dir)), name
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts, 500, str(minilm_dir))
 
 
