@@ -98,6 +98,10 @@ def test_mlflow_holds_params_tags_metrics_and_artifacts(tracked):
     assert (run_dir.parent / "mlartifacts").is_dir()  # beside the store, not ./mlruns
     assert {"metrics.json", "history.csv", "config.yaml", "loss_curve.png", "confusion_matrix_test.png"} <= artifacts
     assert not any(a.endswith(".pt") for a in artifacts)  # reports and plots, not checkpoints
+    # Every report and plot of the run folder: all its files but the checkpoints and the hidden lock
+    # (classification_report_*.txt included), and not the tokenizer's or TensorBoard's folders.
+    assert artifacts == {p.name for p in run_dir.iterdir()
+                         if p.is_file() and p.suffix != ".pt" and not p.name.startswith(".")}
 
 
 @pytest.mark.slow
