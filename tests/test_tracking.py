@@ -154,7 +154,8 @@ def test_a_run_that_fails_is_recorded_as_failed(data_dir, tmp_path):
 
 
 def test_logger_settings_while_the_logger_is_off_are_a_mistake():
-    with pytest.raises(UserError, match=r"logger\.mlflow\.experiment=foo: mlflow logging is off; add logger=mlflow"):
+    with pytest.raises(UserError, match=r"logger\.mlflow\.experiment=foo: mlflow logging is off; add "
+                                         r"logger=mlflow \(or logger=many\)\."):
         settings_for("logger.mlflow.experiment=foo")
     assert settings_for("logger=mlflow", "logger.mlflow.experiment=foo").logger.mlflow.experiment == "foo"
 
