@@ -348,6 +348,7 @@ def test_multirun_variants_agree(data_dir, tmp_path, monkeypatch):
     assert sorted(r.info.run_name for r in tracked) == sorted(jobs)
     assert {(r.data.tags["model"], r.data.tags["pe"]) for r in tracked} == {
         (m, pe) for m in ("naive", "efficient", "torch") for pe in ("False", "True")}
+    assert {r.data.tags["sweep"] for r in tracked} == {experiment.name}  # docs/tracking.md: the tags "(and sweep)"
 
     def job(model: str, pe: str) -> Path:
         (name,) = [n for n in jobs if f"_model-{model}_pe-{pe}_" in n]
