@@ -190,10 +190,16 @@ def test_profile_step_compares_the_masked_and_the_compacted_step(ran):
 
 def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_batches(data_dir, monkeypatch, capsys):
     """docs/performance.md: profile_step.py profiles one training step both ways on the same batches: the masked
-    computation (compact off), then compaction, each after the same warm-up steps."""
+    computation (compact off), then compaction, each after the same warm-up steps; each table lists the operators
+    by self time, most first, attention's own kernels (SDPA's forward and backward) among them."""
     script = load_script("profile_step")
-    steps = []
-    monkeypatch.setattr(script, "step", lambda model, optimizer, batch: steps.append((model.compact, batch)))
+    steps, real_step = [], script.step
+
+    def step(model, optimizer, batch):
+        steps.append((model.compact, batch))
+        real_step(model, optimizer, batch)
+
+    monkeypatch.setattr(script, "step", step)
     assert script.main(["experiment=smoke", "trainer.batch_size=4", f"data.path={data_dir}"]) == 0
     per_mode = script.STEPS + script.WARMUP
     assert [compact for compact, _ in steps] == [False] * per_mode + [True] * per_mode
@@ -201,6 +207,16 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
     assert all(a is b for a, b in zip(masked, compacted, strict=True))
     printed = capsys.readouterr().out
     assert printed.index("## masked (every token):") < printed.index("## compacted (visible tokens only):")
+    for table in printed.split("## ")[1:]:
+        rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+        operators = [row[0].strip("| `") for row in rows]
+        self_ms, shares = [float(row[2]) for row in rows], [int(row[3].rstrip("%| ")) for row in rows]
+        assert len(rows) == 12 and self_ms == sorted(self_ms, reverse=True) and shares == sorted(shares, reverse=True)
+        assert sum("scaled_dot_product" in name for name in operators) >= 2, table  # its forward and backward
+        assert 0 < sum(shares) <= 100 + len(shares)  # shares of one step, each rounded
+        # Per step, both: on one thread the operators' self times of a step add up to no more than the step took.
+        per_step = float(re.search(r"([\d.]+) ms per step", table).group(1))
+        assert sum(self_ms) <= per_step + 0.05 * len(rows), table
 
 
 def test_profile_step_builds_the_model_train_builds_where_the_corpus_decides_the_settings(data_dir, monkeypatch,
