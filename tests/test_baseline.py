@@ -24,14 +24,19 @@ def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_rea
                 for colour in ("red", "blue") for i in range(n)]
 
     data = write_jsonl(tmp_path / "data", {"train": rows(12), "test": rows(4)})
-    accuracy = {}
+    accuracy, losses = {}, {}
     for features, max_length in (("wordpiece", 16), ("wordpiece", 64), ("words", 16), ("chars", 16)):
         settings = settings_for(f"data.path={data}", f"data.max_length={max_length}", f"features={features}",
                                 f"tokenizer.cache_dir={tmp_path / 'cache'}", app="baseline")
         metrics = run_baseline(settings, tmp_path / f"{features}-{max_length}")
         accuracy[features, max_length] = (metrics.val.accuracy, metrics.test.accuracy)
+        losses[features] = (metrics.val.loss, metrics.test.loss)
     assert accuracy == {("wordpiece", 16): (0.5, 0.5), ("wordpiece", 64): (1.0, 1.0), ("words", 16): (1.0, 1.0),
                         ("chars", 16): (1.0, 1.0)}
+    # docs/results.md: wordpieces go to a logistic regression, whose probabilities give a log-loss; word (and
+    # character) n-grams to a linear SVM, which gives none.
+    assert all(loss > 0 for loss in losses["wordpiece"])
+    assert losses["words"] == losses["chars"] == (None, None)
 
 
 def test_a_null_vocabulary_size_is_decided_as_training_decides_it_and_recorded(tmp_path):
