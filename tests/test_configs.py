@@ -1,6 +1,7 @@
 """The real configs compose for every variant × pe, hold only deltas over the schema, and every experiment runs."""
 
 import math
+import re
 from dataclasses import asdict
 
 import pytest
@@ -8,7 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import MISSING, OmegaConf
 
-from conftest import CONFIG_DIR, compose_config, settings_for, train_in_process
+from conftest import CONFIG_DIR, REPO, compose_config, settings_for, train_in_process
 from mha_textclf.settings import (
     ADAPTIVE,
     BY_TEXT_LENGTH,
@@ -20,6 +21,7 @@ from mha_textclf.settings import (
     flat,
     known_keys,
     lookup,
+    show,
     with_values,
 )
 
@@ -63,6 +65,17 @@ def test_a_tuned_file_fixes_only_settings_that_adapt_for_its_own_data_config():
 def test_default_variant_is_efficient_without_pe():
     settings = settings_for()
     assert settings.model.attention == "efficient" and settings.pe is False
+
+
+def test_the_readme_s_plain_command_runs_with_the_defaults_it_lists():
+    """README (Running): `python -m train   # defaults: model=efficient pe=false seed=0 device=auto`; each of them
+    is what the command composes to (model= picks model.attention)."""
+    line = re.search(r"^python -m train +# defaults: (.+)$", (REPO / "README.md").read_text(), re.MULTILINE)
+    assert line, "README.md lost its `python -m train   # defaults: ...` line"
+    listed = dict(item.split("=", 1) for item in line.group(1).split())
+    assert set(listed) == {"model", "pe", "seed", "device"}, listed
+    composed = flat(asdict(settings_for())) | {"model": settings_for().model.attention}
+    assert {key: show(composed[key]) for key in listed} == listed
 
 
 def test_config_files_hold_no_value_the_schema_already_holds():
