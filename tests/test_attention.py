@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,6 +176,31 @@ def test_indivisible_heads_and_unknown_variants_are_refused():
             build_attention(variant, 30, 4)
     with pytest.raises(AssertionError, match="efficient"):
         build_attention("flash", 16, 2)
+
+
+def test_naive_loops_over_heads_and_efficient_fuses_them_into_one_sdpa_call(monkeypatch):
+    """README: `naive` is "a loop over heads", `efficient` has "fused projections, heads as a tensor dimension,
+    F.scaled_dot_product_attention". Seen from outside, by the linear maps each one runs and the SDPA calls it makes
+    in one self-attention forward: naive nh × 3 head-sized projections and no SDPA, efficient one fused (C -> 3C)
+    projection and one SDPA call over (B, nh, T, hs)."""
+    n_heads, C, B, T = 4, 16, 3, 7
+    x, _, _, mask = make_inputs(B, T, T, C, cross=False)
+    sdpa_calls, real_sdpa = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention",
+                        lambda q, *args, **kwargs: sdpa_calls.append(tuple(q.shape)) or real_sdpa(q, *args, **kwargs))
+    linear_outputs = {}
+    for variant in ("naive", "efficient"):
+        attention, sdpa_calls[:] = build(variant, n_heads, C, bias=True), []
+        outputs = linear_outputs[variant] = []
+        for module in attention.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_hook(lambda m, args, out, outputs=outputs: outputs.append(out.size(-1)))
+        attention(x, x, x, key_padding_mask=mask)
+        linear_outputs[variant], linear_outputs[f"{variant} sdpa"] = sorted(outputs), list(sdpa_calls)
+    hs = C // n_heads
+    assert linear_outputs["naive"] == sorted([hs] * 3 * n_heads + [C]) and linear_outputs["naive sdpa"] == []
+    assert linear_outputs["efficient"] == [C, 3 * C]
+    assert linear_outputs["efficient sdpa"] == [(B, n_heads, T, hs)]
 
 
 def test_torch_variant_is_nn_multihead_attention_called_right():
