@@ -3,6 +3,7 @@ the run's own model and data), one multirun through the CLI compares the variant
 stopping, a diverging loss, a signal during the final evaluation) leave honest files."""
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -619,6 +620,34 @@ def test_the_readme_s_long_text_rule_is_the_rule_the_pipeline_applies():
     for lengths, long in (([int(threshold)] * 3, True), ([int(threshold) - 1] * 3, False)):
         decided = train_module.by_text_length([[1] * n for n in lengths])
         assert {k: value for k, (value, _) in decided.items()} == promised[long], long
+
+
+class _DecidedError(Exception):
+    """Raised in place of building the model: the settings a run decided, before it trains."""
+
+
+@pytest.mark.parametrize("long_split", ["train", "validation"])
+def test_the_long_text_rule_counts_the_training_texts_not_the_evaluation_splits(tmp_path, monkeypatch, long_split):
+    """README (On other corpora): "where half the *training* texts have 128 tokens or more". A corpus whose training
+    texts are long and whose validation and test texts are short is a corpus of long texts, and the other way round
+    it is not: decided from the training split alone (stopped before the model is built, nothing trained)."""
+    words = [f"w{i}" for i in range(40)]
+    long_text, short_text = " ".join(words * 5), " ".join(words[:4])  # 200 words; 4
+    rows = {split: [{"text": long_text if split == long_split else short_text, "label": label}
+                    for label in ("a", "b") for _ in range(4)] for split in ("train", "validation", "test")}
+    folder = write_jsonl(tmp_path / "data", rows)
+    decided = []
+
+    def build_model(settings, *args):
+        decided.append(settings)
+        raise _DecidedError
+
+    monkeypatch.setattr(train_module, "build_model", build_model)
+    with pytest.raises(_DecidedError):
+        train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
+    long = long_split == "train"
+    values = run_folder.flat(dataclasses.asdict(decided[0]))
+    assert {k: values[k] for k in BY_TEXT_LENGTH} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
 
 
 def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and_what_to_do():
