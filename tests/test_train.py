@@ -606,17 +606,19 @@ def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_hal
 
 def test_the_readme_s_long_text_rule_is_the_rule_the_pipeline_applies():
     """README (On other corpora): "where half the training texts have 128 tokens or more, 128 dimensions, token
-    dropout 0.85, 24 epochs and label smoothing 0.1, instead of 64, 0.75, 12 and 0": the threshold and both sets of
-    values, read from the README, against what by_text_length decides at the threshold and just below it."""
+    dropout 0.85, 24 epochs, label smoothing 0.1 and positional encoding, instead of 64, 0.75, 12, 0 and none": the
+    threshold and both sets of values, read from the README, against what by_text_length decides at the threshold and
+    just below it."""
     readme = " ".join((REPO / "README.md").read_text().split())
     number = r"(\d+(?:\.\d+)?)"
     found = re.search(rf"where half the training texts have {number} tokens or more, {number} dimensions, token "
-                      rf"dropout {number}, {number} epochs and label smoothing {number}, instead of {number}, "
-                      rf"{number}, {number} and {number}\.", readme)
+                      rf"dropout {number}, {number} epochs, label smoothing {number} and positional encoding, "
+                      rf"instead of {number}, {number}, {number}, {number} and none\.", readme)
     assert found, "README.md no longer states the long-text rule in the words this test reads"
     threshold, *values = (float(v) for v in found.groups())
     keys = ("model.d_model", "model.token_dropout", "trainer.epochs", "trainer.label_smoothing")
-    promised = {True: dict(zip(keys, values[:4], strict=True)), False: dict(zip(keys, values[4:], strict=True))}
+    promised = {True: dict(zip(keys, values[:4], strict=True)) | {"pe": True},
+                False: dict(zip(keys, values[4:], strict=True)) | {"pe": False}}
     for lengths, long in (([int(threshold)] * 3, True), ([int(threshold) - 1] * 3, False)):
         decided = train_module.by_text_length([[1] * n for n in lengths])
         assert {k: value for k, (value, _) in decided.items()} == promised[long], long
