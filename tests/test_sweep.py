@@ -604,6 +604,28 @@ def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
     assert labels[:2] == ["pe=False", "pe=True"]
 
 
+def test_loss_curves_have_one_panel_per_model_each_drawing_only_its_own_runs(tmp_path):
+    """docs/comparing.md: "loss_curves.png: train (solid) and val (dashed) loss per epoch, one panel per model, one
+    colour per pe": each panel is titled with its model and draws the mean over that model's runs alone, in the colour
+    of each pe value, the same colour for a pe value in every panel."""
+    curves = {("efficient", False): [(1.0, 1.2), (0.6, 1.0)], ("efficient", True): [(1.1, 1.3), (0.7, 1.1)],
+              ("naive", False): [(3.0, 3.2), (2.0, 2.6)]}
+    for i, ((model, pe), losses) in enumerate(curves.items()):
+        fake_run(tmp_path / f"{i}_run", model=model, pe=pe, epoch_times=[1.0] * 2, losses=losses)
+    figure = plot_loss_curves(tmp_path, runs_table(tmp_path))
+    panels = {ax.get_title(): ax for ax in figure.axes}
+    assert set(panels) == {"efficient", "naive"}
+    drawn = {(title, line.get_gid()): line for title, ax in panels.items() for line in ax.get_lines() if line.get_gid()}
+    expected = {(model, f"pe={pe}|{column}"): [row[c] for row in curve]
+                for (model, pe), curve in curves.items() for c, column in enumerate(("train_loss", "val_loss"))}
+    assert set(drawn) == set(expected)
+    for key, line in drawn.items():
+        assert line.get_ydata() == pytest.approx(expected[key]), key
+    colours = {key: line.get_color() for key, line in drawn.items()}
+    assert colours["efficient", "pe=False|train_loss"] == colours["naive", "pe=False|val_loss"]
+    assert colours["efficient", "pe=False|train_loss"] != colours["efficient", "pe=True|train_loss"]
+
+
 def test_counts_are_whole_numbers_beside_a_failed_run(tmp_path):
     fake_run(tmp_path / "0_run", epoch_times=[1.0] * 12)
     failed = tmp_path / "1_failed"
