@@ -566,6 +566,18 @@ def test_accuracy_vs_time_over_decades_has_plain_log_ticks(tmp_path):
     assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["0.05", "0.1", "0.2"]
 
 
+@pytest.mark.parametrize(("slowest", "scale"), [(9.5, "linear"), (10.5, "log")])
+def test_accuracy_vs_time_takes_a_log_axis_once_the_times_span_more_than_10x(tmp_path, slowest, scale):
+    """docs/comparing.md: "ticks are plain numbers that bracket every point (a log axis with 1-2-5 ticks only when the
+    times span more than 10×)": 1 to 9.5 training seconds stay linear, 1 to 10.5 go on a log axis."""
+    for i, seconds in enumerate([1.0, 3.0, slowest]):
+        fake_run(tmp_path / f"{i}_run", seed=i, accuracy=0.9, epoch_times=[seconds])
+    (ax,) = plot_accuracy_vs_time(runs_table(tmp_path)).axes
+    assert ax.get_xscale() == scale
+    assert_readable(ax, scatter_points(ax))
+    assert ("log scale" in ax.get_xlabel()) == (scale == "log")
+
+
 def test_accuracy_vs_time_plots_each_runs_test_accuracy_against_its_training_seconds(tmp_path):
     """docs/comparing.md: test accuracy against training seconds, one point per run (not validation accuracy, not
     the median epoch: runs of several epochs, and validation apart from test)."""
