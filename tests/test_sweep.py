@@ -390,6 +390,28 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert "**Noise rule:**" in text and "5 articles or fewer" in text
 
 
+def test_each_dataset_gets_its_own_answer_with_its_own_runs_and_comparisons(tmp_path):
+    """docs/comparing.md: summary.md "opens with **the answer**, one section per dataset": each section holds the
+    variants of its dataset alone, their times relative to that dataset's fastest, and the comparisons among them."""
+    for dataset, accuracy, naive_seconds in (("bbc-news", 0.9, 3.0), ("r8", 0.6, 4.0)):
+        for model, seconds in (("efficient", 2.0), ("naive", naive_seconds)):
+            fake_run(tmp_path / f"{dataset}_{model}", model=model, dataset=dataset, accuracy=accuracy,
+                     n_samples=1000, epoch_times=[seconds] * 6)
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## The answer")]
+    assert headings == ["## The answer: bbc-news", "## The answer: r8"]
+    sections = {dataset: text.split(f"## The answer: {dataset}", 1)[1].split("\n## ", 1)[0]
+                for dataset in ("bbc-news", "r8")}
+    for dataset, accuracy, ratio in (("bbc-news", "0.9000", "1.50×"), ("r8", "0.6000", "2.00×")):
+        variants = {r["model"]: r for r in md_table(text, f"## The answer: {dataset}")}
+        assert set(variants) == {"efficient", "naive"}
+        assert {r["val accuracy"] for r in variants.values()} == {accuracy}
+        assert variants["naive"]["epoch time vs fastest"] == ratio
+        (against,) = md_table(sections[dataset], "### Against efficient (the reference)")
+        assert against["epoch time"].startswith(f"slower by {ratio}")
+
+
 def test_without_the_reference_the_fastest_variant_is_named_instead(tmp_path):
     for model, seconds in (("torch", 2.0), ("naive", 3.0)):
         fake_run(tmp_path / model, model=model, epoch_times=[seconds] * 6)
