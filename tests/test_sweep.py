@@ -680,6 +680,30 @@ def multirun_config(sweep, job_dir, num, mode=RunMode.MULTIRUN):
         "launcher": {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}}})
 
 
+def test_the_table_by_group_gives_each_metric_its_own_column(tmp_path):
+    """docs/comparing.md: summary.md gives "every metric by group (train seconds, job seconds, times to each validation
+    accuracy level: mean ± std over the runs ...)": train s the runs' training seconds (all epochs), job s their jobs'
+    wall times, median epoch s their median epochs, each a mean ± std over the group's runs."""
+    runs = [([1.0, 2.0, 6.0], 30.0, {"0.9": 3.0}), ([2.0, 3.0, 3.0], 40.0, {"0.9": 5.0})]
+    for seed, (times, wall, reached) in enumerate(runs):
+        folder = tmp_path / f"{seed}_seed-{seed}"
+        fake_run(folder, seed=seed, epoch_times=times)
+        edit_metrics(folder, time_to_accuracy=reached)
+        JobRecord(job=seed, overrides=[f"seed={seed}"], started_at="2026-01-01T00:00:00.000+00:00",
+                  ended_at="2026-01-01T00:01:00.000+00:00", wall_seconds=wall, host="node", pid=seed,
+                  status="COMPLETED").write(folder)
+    write_summary(tmp_path)
+    (row,) = md_table((tmp_path / "summary.md").read_text(), "## By dataset")
+
+    def pm(values, digits):
+        return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
+
+    assert row["train s"] == pm([sum(times) for times, _, _ in runs], 1)  # 9 and 8 s
+    assert row["job s"] == pm([30.0, 40.0], 1)
+    assert row["median epoch s"] == pm([np.median(times) for times, _, _ in runs], 2)
+    assert row["s to val acc 0.9"] == pm([3.0, 5.0], 1)
+
+
 def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
     """The callback as Hydra calls it: each job's wall time lands in its own folder (job.json), the sweep's in
     sweep.json, and both in summary.md beside the training seconds."""
