@@ -433,6 +433,31 @@ def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
     assert "### Against naive (the reference)" in capsys.readouterr().out  # and prints summary.md
 
 
+def test_summarize_writes_the_summary_and_each_plot_into_the_folder_and_no_sweep_record(tmp_path, monkeypatch):
+    """docs/comparing.md: `python scripts/summarize.py <folder>` writes the same as the sweep's hook (summary.md,
+    summary.csv, accuracy_vs_time.png, memory.png, loss_curves.png) "except sweep.json, which only the sweep itself
+    can measure": each plot into its own file, read back as a PNG."""
+    from matplotlib.figure import Figure
+
+    for seed in (0, 1):
+        fake_run(tmp_path / f"{seed}_run", seed=seed, stages={"fit": {"peak_memory_mb": 600.0}})
+    saved, real_savefig = {}, Figure.savefig
+
+    def savefig(figure, fname, *args, **kwargs):
+        saved[Path(fname).name] = figure
+        return real_savefig(figure, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    assert load_script("summarize").main([str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+        "accuracy_vs_time.png", "loss_curves.png", "memory.png", "summary.csv", "summary.md"]
+    assert all((tmp_path / name).read_bytes().startswith(b"\x89PNG") for name in saved)
+    # Each file holds its own plot.
+    assert saved["accuracy_vs_time.png"].axes[0].get_ylabel() == "test accuracy"
+    assert saved["memory.png"].axes[0].get_title() == "CPU: peak RSS of the process while training, MB"
+    assert saved["loss_curves.png"].get_suptitle().startswith("loss per epoch")
+
+
 def test_summarize_refuses_a_folder_without_runs_and_a_path_that_is_no_folder(tmp_path, capsys):
     """scripts/summarize.py: usage errors exit with 2 (argparse's), saying what is wrong, and write nothing."""
     summarize = load_script("summarize")
