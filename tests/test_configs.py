@@ -78,6 +78,25 @@ def test_the_readme_s_plain_command_runs_with_the_defaults_it_lists():
     assert {key: show(composed[key]) for key in listed} == listed
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_the_defaults_the_results_were_measured_with_are_the_defaults(page):
+    """README (The answer) and docs/results.md: "**Defaults** (12 epochs, batch 32, AdamW lr 3e-3 with a 1-epoch
+    warm-up and cosine decay, token dropout 0.75, `max_length` 512, full attention over the visible tokens,
+    length-grouped batches)", read from the page, are what `python -m train` composes to on bbc-news."""
+    text = " ".join((REPO / page).read_text().split())
+    found = re.search(r"\*\*Defaults\*\* \((\d+) epochs, batch (\d+), AdamW lr (\S+) with a (\d+)-epoch warm-up and "
+                      r"(\w+) decay, token dropout ([\d.]+), `max_length` (\d+), full attention over the visible "
+                      r"tokens, length-grouped batches\)", text)
+    assert found, f"{page} no longer states the defaults in the words this test reads"
+    epochs, batch, lr, warmup, schedule, dropout, max_length = found.groups()
+    settings = settings_for()  # data=bbc_news by default, with its tuned file (configs/tuned/bbc_news.yaml)
+    trainer = settings.trainer
+    assert (trainer.epochs, trainer.batch_size, trainer.lr, trainer.warmup_epochs, trainer.schedule) == (
+        int(epochs), int(batch), float(lr), float(warmup), schedule)
+    assert (settings.model.token_dropout, settings.data.max_length) == (float(dropout), int(max_length))
+    assert not settings.model.cls_only and settings.data.group_by_length  # every query; batches by length
+
+
 def test_config_files_hold_no_value_the_schema_already_holds():
     """Every key a config file sets is a setting of the schema it merges into, and differs from that setting's
     default or fills a required one: a file that repeats a default is a second source for it.
