@@ -561,6 +561,23 @@ def test_memory_is_said_not_to_compare_only_when_jobs_shared_a_process(tmp_path)
         assert "jobs shared" not in alone and "does not compare" not in alone  # ...and no warning against it
 
 
+def test_jobs_on_different_hosts_with_the_same_pid_did_not_share_a_process(tmp_path):
+    """docs/comparing.md: the note comes "when the jobs shared one process". A process is a pid on a host: Slurm jobs
+    on two nodes may well have the same pid, each its own process (and its own peak RSS), while jobs with one pid on
+    one host shared it."""
+    for num, (host, pid) in enumerate([("node1", 4242), ("node2", 4242), ("node2", 4242)]):
+        folder = tmp_path / f"{num}_seed-{num}"
+        fake_run(folder, seed=num, stages={"fit": {"peak_memory_mb": 600.0}})
+        JobRecord(job=num, overrides=[f"seed={num}"], started_at="2026-01-01T00:00:00.000+00:00",
+                  ended_at="2026-01-01T00:00:02.000+00:00", wall_seconds=2.0, host=host, pid=pid,
+                  status="COMPLETED").write(folder)
+    write_summary(tmp_path)
+    assert "3 jobs shared 2 processes" in (tmp_path / "summary.md").read_text()
+    (tmp_path / "2_seed-2" / "job.json").unlink()  # the two left ran on two nodes: nothing shared
+    write_summary(tmp_path)
+    assert "jobs shared" not in (tmp_path / "summary.md").read_text()
+
+
 def scatter_points(ax) -> np.ndarray:
     return np.concatenate([c.get_offsets() for c in ax.collections])
 
