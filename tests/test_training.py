@@ -212,6 +212,29 @@ def test_early_stopping_writes_best_pt_and_the_model_ends_with_the_final_weights
         assert torch.equal(tensor, ending[name]), name
 
 
+def test_best_pt_is_on_disk_as_soon_as_its_epoch_finishes(tmp_path):
+    """docs/runs.md: best.pt is "the same for the epoch with the lowest validation loss, saved as soon as that epoch
+    finished": a run killed at any later moment keeps it. At the end of every epoch (on_epoch_end runs before the
+    next starts), best.pt already holds the weights of the best epoch so far."""
+    ids, labels = toy_problem()
+    val = make_loader(ids[:6], [1 - y for y in labels[:6]], 16, 0)  # its loss soon rises: later epochs are worse
+    net, seen = model(), []
+
+    def check_best_pt(row):
+        best, _ = load_checkpoint(tmp_path / "best.pt")
+        seen.append((row["epoch"], row["val_loss"], {k: v.clone() for k, v in net.state_dict().items()},
+                     best.state_dict()))
+
+    result = fit(net, make_loader(ids, labels, 8, 0, shuffle=True), val,
+                 plain_trainer(epochs=6, lr=3e-2), CPU, best_path=tmp_path / "best.pt", on_epoch_end=check_best_pt)
+    assert len(seen) == 6 and result.best_epoch < 6  # (so that a best.pt written at the end would show)
+    best_so_far = None
+    for epoch, loss, weights, on_disk in seen:
+        if best_so_far is None or loss < best_so_far[1]:
+            best_so_far = (epoch, loss, weights)
+        assert all(torch.equal(on_disk[k], best_so_far[2][k]) for k in weights), f"best.pt after epoch {epoch}"
+
+
 @pytest.mark.parametrize("final_weights", ["last", "best"])
 def test_an_interrupted_run_ends_with_its_last_finished_epoch_or_with_best_the_best(tmp_path, final_weights):
     """docs/runs.md: Ctrl-C stops after the current step and writes the reports for the last finished epoch (or the
