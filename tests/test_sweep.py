@@ -421,6 +421,21 @@ def test_without_the_reference_the_fastest_variant_is_named_instead(tmp_path):
     assert [(r["model"], r["epoch time"]) for r in against] == [("naive", "slower by 1.50× (95% CI 1.50–1.50×)")]
 
 
+def test_summarize_without_a_reference_writes_the_hooks_summary_against_efficient(tmp_path):
+    """docs/comparing.md: `python scripts/summarize.py <folder>` "writes the same" as the end-of-sweep hook, whose
+    reference is efficient; `--reference torch` is what compares against another variant."""
+    for model, seconds in (("torch", 2.0), ("efficient", 2.5), ("naive", 3.0)):
+        fake_run(tmp_path / model, model=model, epoch_times=[seconds] * 6)
+    write_summary(tmp_path)  # what SweepSummary writes at the end of a sweep
+    hooks = (tmp_path / "summary.md").read_text()
+    (tmp_path / "summary.md").unlink()
+    assert load_script("summarize").main([str(tmp_path)]) == 0
+    assert (tmp_path / "summary.md").read_text() == hooks
+    against = md_table(hooks, "### Against efficient (the reference)")
+    assert [(r["model"], r["epoch time"]) for r in against] == [("naive", "slower by 1.20× (95% CI 1.20–1.20×)"),
+                                                                ("torch", "faster by 1.25× (95% CI 1.25–1.25×)")]
+
+
 def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
     """scripts/summarize.py <folder> --reference naive: the heading names it, and the others are paired with it."""
 
