@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from conftest import logits_one_by_one, run_cli, run_train, settings_for, train_in_process
-from mha_textclf.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from mha_textclf.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, predict, predict_proba
 from mha_textclf.reports import slug
@@ -84,6 +85,29 @@ def test_predict_reads_a_file(runs, tmp_path):
         predict(settings_for(f"run_dir={runs[False]}", "text=hello", f"out={tmp_path}", app="predict"))
     with pytest.raises(UserError, match="is not a folder"):
         predict(settings_for(f"run_dir={tmp_path / 'nowhere'}", "text=hello", app="predict"))
+
+
+def test_predict_answers_with_the_reported_model_not_best_pt(smoke_run, tmp_path):
+    """docs/runs.md: model.pt is "the reported model (trainer.final_weights: the last finished epoch by default)", and
+    best.pt "the same for the epoch with the lowest validation loss"; predict reads model.pt (a run whose best epoch
+    is not its last holds two different models)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(smoke_run.dir / "model.pt", run_dir / "model.pt")
+    (run_dir / "tokenizer").symlink_to(smoke_run.dir / "tokenizer")
+    reported, class_names = load_checkpoint(run_dir / "model.pt")
+    earlier, _ = load_checkpoint(run_dir / "model.pt")
+    with torch.no_grad():
+        for parameter in earlier.parameters():
+            parameter.mul_(-1.5)  # another epoch's weights
+    save_checkpoint(run_dir / "best.pt", earlier, class_names)
+    texts = ["the striker scored twice", "the minister said no"]
+    table = predict(settings_for(f"run_dir={run_dir}", f"text={json.dumps(texts)}", app="predict"))
+    tokenizer = load_run(run_dir).tokenizer
+    expected = logits_one_by_one(reported, tokenizer, texts).softmax(-1).numpy()
+    other = logits_one_by_one(earlier, tokenizer, texts).softmax(-1).numpy()
+    assert not np.allclose(expected, other, atol=1e-3)  # (so that reading best.pt would show)
+    np.testing.assert_allclose(table[class_names].to_numpy(), expected, atol=1e-6)
 
 
 def test_word_order_changes_probabilities_only_with_pe(runs):
