@@ -30,6 +30,23 @@ def test_model_checkpoint_round_trip(tmp_path):
     assert not any(module.training for module in loaded.modules())
 
 
+def test_a_checkpoint_written_on_a_gpu_loads_on_the_cpu(tmp_path, monkeypatch):
+    """docs/predict.md: predict "runs on the CPU by default (`device=cpu`), also for models trained on a GPU". A
+    checkpoint's tensors remember the device they were saved from; here they are tagged cuda:0 as a GPU run's are
+    (torch.save records the tag), so that a load that did not map them to the CPU would fail on this CPU-only test."""
+    model = build()
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
+    if not torch.cuda.is_available():  # (the tag is real: torch alone cannot restore it here)
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(tmp_path / "model.pt", weights_only=True)
+    loaded, _ = ckpt.load_checkpoint(tmp_path / "model.pt")
+    assert {p.device.type for p in loaded.parameters()} == {"cpu"}
+    ids = torch.randint(5, 50, (3, 10))
+    torch.testing.assert_close(loaded(ids), model(ids))
+
+
 class RunsCode:
     def __init__(self, marker):
         self.marker = marker
