@@ -61,6 +61,20 @@ def test_speed_from_one_seed_is_a_bootstrap_over_epochs():
     assert speed_ratio([(np.linspace(1.4, 1.6, 12), np.linspace(0.95, 1.05, 12))]) == noisy  # reproducible
 
 
+@pytest.mark.parametrize("epochs", [6, 2])
+def test_speed_from_two_seeds_is_the_geometric_mean_of_their_ratios(epochs):
+    """speed_ratio: "the geometric mean over seeds of the ratio of median epoch seconds", below 3 seeds too, where
+    the interval is a bootstrap (or, under 5 epochs, there is none): seeds 1.2× and 2.0× slower give √2.4 ≈ 1.55×,
+    not their arithmetic mean 1.6× (a ratio and its inverse must average to 1)."""
+    pairs = [(np.full(epochs, 1.2), np.ones(epochs)), (np.full(epochs, 2.0), np.ones(epochs))]
+    ratio = speed_ratio(pairs)
+    assert ratio.n == 2 and ratio.estimate == pytest.approx(math.sqrt(1.2 * 2.0))
+    inverse = speed_ratio([(r, v) for v, r in pairs])
+    assert inverse.estimate == pytest.approx(1 / ratio.estimate)
+    if epochs >= 5:
+        assert ratio.low == pytest.approx(ratio.estimate) == ratio.high  # every epoch alike: no spread
+
+
 def test_too_few_epochs_for_a_bootstrap_give_no_interval():
     ratio = speed_ratio([([2.0, 1.0], [1.0, 1.0]), ([1.5, 1.5], [1.0, 1.0])])
     assert ratio.estimate == pytest.approx(1.5) and ratio.low is None
