@@ -117,3 +117,11 @@ def test_identical_accuracies_say_so():
     assert accuracy_verdict(paired_t([0.0, 0.0]), 307) == "identical at both seeds"
     assert accuracy_verdict(paired_t([0.0, 0.0, 0.0]), 307) == "identical at all 3 seeds"
     assert accuracy_verdict(paired_t([0.0]), 307) == "identical at the one seed"
+
+
+def test_differences_that_cancel_out_over_the_seeds_are_not_identical():
+    """docs/comparing.md: "identical at all 3 seeds" says that every seed gave the same accuracy. One article up at one
+    seed and one down at another average to 0, but the variants are not identical: that is noise, with its interval."""
+    verdict = accuracy_verdict(paired_t([0.001, -0.001, 0.0]), 1000)
+    assert verdict.startswith("same within noise (+0.0 points, +0 of 1000 articles, 95% CI -0.2 to +0.2")
+    assert accuracy_verdict(paired_t([2 / 307, -2 / 307]), 307).startswith("same within noise (+0.0 points, +0 of 307")
