@@ -124,6 +124,27 @@ def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_di
     assert fingerprint(run_dir) == before
 
 
+def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
+    """docs/runs.md: overwrite=true "deletes the run's own files, then starts afresh"; TensorBoard's event files
+    (docs/tracking.md: "event files in the run folder") are the run's too, or the new run's curves would be drawn
+    beside the old one's. A file that is not the run's stays."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_folder.write_config(run_dir, settings_for(*COMMON))
+    written = ["tensorboard/events.out.tfevents.1.host", "metrics.json", "history.csv", "model.pt", "best.pt",
+               "last.pt", "error.txt", "order_probe.json", "tokenizer/tokenizer.json", "loss_curve.png",
+               "classification_report_val.txt", "confusion_matrix_test.png", "attention_an_old_probe.png",
+               ".hydra/config.yaml", "notes.txt"]
+    for name in written:
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text("the old run's")
+    with run_folder.claim(run_dir, settings_for(*COMMON[:-1], "pe=false", "overwrite=true"), []) as start:
+        assert start.state is None and start.finished is None  # afresh
+        left = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
+    assert left == [".lock", "config.yaml", "notes.txt", "status.json"]
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["pe"] is False
+
+
 # Each kill point runs the pipeline in a subprocess that SIGKILLs itself there: nothing of Python's cleanup runs.
 KILLER = textwrap.dedent("""
     import os, signal, sys
