@@ -717,6 +717,28 @@ def test_loss_curves_have_one_panel_per_model_each_drawing_only_its_own_runs(tmp
     assert colours["efficient", "pe=False|train_loss"] != colours["efficient", "pe=True|train_loss"]
 
 
+def test_loss_curves_keep_one_colour_per_variant_in_every_panel_when_the_sweep_varies_another_setting(tmp_path):
+    """docs/comparing.md: "one colour per pe (per pe and setting when the sweep varies another setting)": with two
+    models at two dropouts, each dropout has one colour in both panels, the legend's, and the two colours differ (the
+    second panel once drew both in a third colour, one the legend did not have)."""
+    for model in ("efficient", "naive"):
+        for dropout in (0.1, 0.3):
+            fake_run(tmp_path / f"{model}_{dropout}", model=model, model__dropout=dropout)
+    figure = plot_loss_curves(tmp_path, runs_table(tmp_path))
+    drawn = {}
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            if line.get_gid():
+                drawn.setdefault(line.get_gid().split("|")[0], set()).add(line.get_color())
+    legend = {text.get_text(): handle.get_color()
+              for text, handle in zip(figure.legends[0].get_texts(), figure.legends[0].legend_handles, strict=True)
+              if "dropout" in text.get_text()}
+    assert set(drawn) == set(legend) and len(legend) == 2, (drawn, legend)
+    for label, colours in drawn.items():
+        assert colours == {legend[label]}, label
+    assert len(set(legend.values())) == 2
+
+
 def test_counts_are_whole_numbers_beside_a_failed_run(tmp_path):
     fake_run(tmp_path / "0_run", epoch_times=[1.0] * 12)
     failed = tmp_path / "1_failed"

@@ -574,7 +574,8 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
     panels = list(done.groupby(["dataset", "model"], sort=True).groups) or [("", "(no finished runs)")]
     fig = Figure(figsize=(4.5 * len(panels) + 1.5, 3.8), layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-    handles, seen = [], set()
+    # A variant keeps its colour in every panel, the legend's: keyed by label, not by how many were drawn before.
+    handles, colours = [], {}
     for ax, (dataset, model) in zip(axes, panels, strict=True):
         panel = done[(done["dataset"] == dataset) & (done["model"] == model)]
         for key, variant in panel.groupby(["pe", *settings], sort=True, dropna=False):
@@ -585,15 +586,15 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
                 continue
             extra = "".join(f", {c}={v}" for c, v in zip(settings, rest, strict=True))
             label = (f"pe={pe}" if pe in PE_MARKERS else "no pe") + extra
-            colour = PE_STYLES.get(pe, "tab:gray") if not settings else f"C{len(seen) % 10}"
+            colour = PE_STYLES.get(pe, "tab:gray") if not settings else colours.get(label, f"C{len(colours) % 10}")
             for column, style in (("train_loss", "-"), ("val_loss", "--")):
                 losses = pd.concat([h[column] for h in histories], axis=1)  # (epochs, runs)
                 ax.plot(losses.index, losses.mean(axis=1), color=colour, linestyle=style, gid=f"{label}|{column}")
                 if len(histories) > 1:
                     ax.fill_between(losses.index, losses.min(axis=1), losses.max(axis=1), color=colour, alpha=0.2,
                                     linewidth=0, gid=f"{label}|{column}")
-            if label not in seen:
-                seen.add(label)
+            if label not in colours:
+                colours[label] = colour
                 handles.append(axes[0].plot([], [], color=colour, label=f"{label}")[0])
         ax.set(title=f"{dataset}: {model}" if several else model, xlabel="epoch")
         whole_epochs(ax)
