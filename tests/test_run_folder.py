@@ -145,6 +145,31 @@ def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["pe"] is False
 
 
+def test_overwrite_deletes_the_event_files_in_the_folder_the_settings_name_and_nothing_outside_the_run(tmp_path):
+    """logger.tensorboard.subdir is "the event files' folder inside the run folder": overwrite=true deletes the one the
+    replaced run wrote (its config.yaml says which) and the one the new run will write, but a subdir naming the run
+    folder itself or a folder outside it deletes nothing beyond the run's own files."""
+    run_dir = tmp_path / "runs" / "run"
+    run_dir.mkdir(parents=True)
+    old = settings_for(*COMMON, "logger=tensorboard", "logger.tensorboard.subdir=tb_old")
+    run_folder.write_config(run_dir, old)
+    for name in ("tb_old/events.out.tfevents.1.host", "tb_new/events.out.tfevents.2.host", "notes.txt",
+                 "../beside/notes.txt"):
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / name).write_text("kept unless the run's")
+    new = settings_for(*COMMON, "logger=tensorboard", "logger.tensorboard.subdir=tb_new", "overwrite=true")
+    with run_folder.claim(run_dir, new, []):
+        pass
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()) == [
+        ".lock", "config.yaml", "notes.txt", "status.json"]
+    for subdir in (".", "..", "../beside", str(tmp_path)):
+        run_folder.write_config(run_dir, settings_for(*COMMON, "logger=tensorboard",
+                                                      f"logger.tensorboard.subdir={subdir}"))
+        with run_folder.claim(run_dir, settings_for(*COMMON, "overwrite=true"), []):
+            pass
+        assert (run_dir / "notes.txt").exists() and (tmp_path / "runs" / "beside" / "notes.txt").exists(), subdir
+
+
 # Each kill point runs the pipeline in a subprocess that SIGKILLs itself there: nothing of Python's cleanup runs.
 KILLER = textwrap.dedent("""
     import os, signal, sys

@@ -26,7 +26,7 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from shlex import join
@@ -114,7 +114,7 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
         start = _plan(run_dir, settings, overrides)
         if start.finished is None:
             if start.state is None or not start.in_place:
-                _clear(run_dir)  # a fresh start, or a continuation of another folder: nothing stale stays
+                _clear(run_dir, settings)  # a fresh start, or a continuation of another folder: nothing stale stays
             write_config(run_dir, settings)
             if start.state is not None:  # history.csv tells the whole story up to the state continued from
                 write_history(run_dir / "history.csv", start.state["history"])
@@ -207,8 +207,16 @@ def resume_state(settings: TrainSettings) -> dict:
     return state
 
 
-def _clear(run_dir: Path) -> None:
-    for pattern in RUN_FILES:
+def _clear(run_dir: Path, settings: TrainSettings) -> None:
+    # TensorBoard's folder is a setting (logger.tensorboard.subdir): the one this run writes, and the one the run it
+    # replaces wrote, go too; only a folder below run_dir, never run_dir itself or one outside it.
+    previous = None
+    with suppress(OSError, yaml.YAMLError, KeyError, TypeError):  # no run here, or one killed writing its config
+        previous = yaml.safe_load((run_dir / "config.yaml").read_text())["logger"]["tensorboard"]["subdir"]
+    event_dirs = {settings.logger.tensorboard.subdir, previous}
+    event_dirs = [d for d in event_dirs if isinstance(d, str) and d.strip(". /") and ".." not in Path(d).parts
+                  and not Path(d).is_absolute()]
+    for pattern in (*RUN_FILES, *event_dirs):
         for path in run_dir.glob(pattern):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
