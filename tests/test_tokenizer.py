@@ -8,6 +8,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -262,6 +263,24 @@ def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts)
         whole = trained(long_texts, truncation=True, max_length=max_length)["input_ids"]
         assert got == whole
     assert len(long_texts[0]) > 100 * 16  # the prefix path was taken
+
+
+def test_texts_are_encoded_a_thousand_at_a_time_into_int32_arrays(trained, train_texts):
+    """docs/own-data.md (Scale): "texts are encoded a thousand at a time into int32 arrays" (a list of Python ints,
+    or int64, takes far more memory on a large corpus): 2100 texts in three calls of 1000, 1000 and 100, each text's
+    ids an int32 array holding what the tokenizer gives it alone."""
+    texts = [" ".join(text.split()[i % 7 : i % 7 + 12]) for i, text in enumerate(train_texts * 3)][:2100]
+    calls = []
+
+    def recording(batch, **kwargs):  # encode calls the tokenizer on a batch of texts (their prefixes), nothing else
+        calls.append(len(batch))
+        return trained(batch, **kwargs)
+
+    ids = tok.encode(recording, texts, 16)
+    assert calls == [1000, 1000, 100]
+    assert all(isinstance(row, np.ndarray) and row.dtype == np.int32 for row in ids)
+    assert [row.tolist() for row in ids] == trained(texts, truncation=True, max_length=16)["input_ids"]
+
 
 
 def reference_wordpiece(words: Counter, vocab_size: int, specials: list[str], prefix: str = "##") -> list[str] | None:
