@@ -1,5 +1,6 @@
 """The WordPiece tokenizer: size, special tokens, truncation, save/load, both training modes, the cache."""
 
+import io
 import itertools
 import json
 import multiprocessing as mp
@@ -281,6 +282,36 @@ def test_texts_are_encoded_a_thousand_at_a_time_into_int32_arrays(trained, train
     assert all(isinstance(row, np.ndarray) and row.dtype == np.int32 for row in ids)
     assert [row.tolist() for row in ids] == trained(texts, truncation=True, max_length=16)["input_ids"]
 
+
+class Terminal(io.StringIO):
+    """What a progress bar writes to, as a terminal would take it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bars_show_on_a_terminal_and_not_in_a_redirected_log(monkeypatch):
+    """docs/own-data.md (Scale): "Stages that take more than a couple of seconds show a progress bar (on a
+    terminal; not in a redirected log)". Counting words, learning WordPiece and encoding, each bar asked for after a
+    delay of a couple of seconds and shown here at once: on a terminal each is drawn, into a file (a redirected log)
+    nothing is written."""
+    real_tqdm = tok.tqdm
+    for stream in (Terminal(), io.StringIO()):
+        delays = []
+
+        def drawn(*args, stream=stream, delays=delays, **kwargs):  # the bar asked for, shown at once, on this stream
+            delays.append(kwargs.pop("delay"))
+            return real_tqdm(*args, file=stream, delay=0, mininterval=0, **kwargs)
+
+        monkeypatch.setattr(tok, "tqdm", drawn)
+        tokenizer = tok.train_tokenizer(["the cat sat on the mat", "a dog and a cat"], vocab_size=40)
+        tok.encode(tokenizer, ["the cat", "a dog"], 8)
+        assert len(delays) == 3 and all(1 <= delay <= 3 for delay in delays)  # "a couple of seconds"
+        written = stream.getvalue()
+        if stream.isatty():
+            assert all(bar in written for bar in ("counting words", "learning WordPiece", "encoding")), written
+        else:
+            assert written == ""
 
 
 def reference_wordpiece(words: Counter, vocab_size: int, specials: list[str], prefix: str = "##") -> list[str] | None:
