@@ -205,6 +205,18 @@ def test_bad_data_is_a_clear_error(tmp_path, records, settings, message):
         load(tmp_path, **settings)
 
 
+def test_a_missing_label_column_names_the_columns_the_data_has_and_the_override_to_use(tmp_path):
+    """docs/own-data.md (Columns): "A missing column stops the run with the columns the data has and the override to
+    use": a label column by another name, and the message says data.label_column=<column>."""
+    write_jsonl(tmp_path, {"train": [{"text": f"text {i}", "category": "ab"[i % 2]} for i in range(8)]})
+    with pytest.raises(UserError) as refused:
+        load(tmp_path)
+    message = str(refused.value)
+    assert "The train split of" in message and "has no column 'label'; its columns are ['text', 'category']" in message
+    assert message.endswith("and data.label_column=<column>.")
+    assert load(tmp_path, label_column="category", test_fraction=0.5, val_fraction=0.5).class_names == ["a", "b"]
+
+
 def test_an_empty_split_of_a_loaded_dataset_is_named(monkeypatch):
     """docs/runs.md: an empty split stops the run, naming the split (here a hub dataset's validation split; a local
     file without rows fails earlier, in datasets' own reader)."""
