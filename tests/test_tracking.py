@@ -123,6 +123,20 @@ def test_the_store_from_the_environment_and_an_experiment_named_in_the_settings(
     assert run.data.tags["sweep"] == "sweep 2026-11-22_10-00-00"  # still tagged with its sweep
 
 
+@pytest.mark.slow
+def test_mlflow_holds_every_resolved_setting_as_a_flat_parameter_whole(tracked):
+    """docs/tracking.md: "Each logger records the resolved settings as flat parameters (trainer.lr, ...)": MLflow, as
+    TensorBoard, holds every setting of the run's config.yaml, each value whole (the store's URI, a long one, too)."""
+    from mlflow import MlflowClient
+
+    run_dir, uri, _ = tracked
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("mha-textclf").experiment_id])
+    config = flat(yaml.safe_load((run_dir / "config.yaml").read_text()))  # the settings the run used, resolved
+    assert run.data.params == {k: str(v) for k, v in config.items()}
+    assert run.data.params["logger.mlflow.tracking_uri"] == uri and len(uri) > 40
+
+
 def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
     with pytest.raises(UserError, match=r'the `tracking` extra: pip install -e "\.\[tracking\]"'):
