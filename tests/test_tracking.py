@@ -137,6 +137,21 @@ def test_mlflow_holds_every_resolved_setting_as_a_flat_parameter_whole(tracked):
     assert run.data.params["logger.mlflow.tracking_uri"] == uri and len(uri) > 40
 
 
+def test_logger_mlflow_tracking_uri_wins_over_the_environment(tmp_path, monkeypatch):
+    """docs/tracking.md: "logger.mlflow.tracking_uri (or MLFLOW_TRACKING_URI) points it at another store", and the
+    setting's help: "null: $MLFLOW_TRACKING_URI": given both, the setting's store records the run, and the
+    environment's is not even created."""
+    from mha_textclf.settings import LoggerSettings, MLflowSettings
+    from mha_textclf.tracking import open_trackers
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'from-env.db'}")
+    setting = f"sqlite:///{tmp_path / 'from-setting.db'}"
+    logger = LoggerSettings(mlflow=MLflowSettings(enabled=True, tracking_uri=setting))
+    (tracker,) = open_trackers(logger, tmp_path / "run", None).trackers
+    assert tracker.client.get_experiment(tracker.experiment_id).name == "mha-textclf"
+    assert (tmp_path / "from-setting.db").is_file() and not (tmp_path / "from-env.db").exists()
+
+
 def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
     with pytest.raises(UserError, match=r'the `tracking` extra: pip install -e "\.\[tracking\]"'):
