@@ -67,6 +67,18 @@ def test_the_least_recently_used_product_goes_first_when_the_cache_is_full():
     assert built == [64, 128, 256, 128]
 
 
+def test_a_search_over_the_accuracy_space_s_two_lengths_builds_each_length_s_tokenizer_and_encodings_once():
+    """docs/search.md: "A trial of the accuracy space, which varies data.max_length between 512 and 1024, rebuilds
+    the tokenizer and the encodings only for a length it has not seen." The cache a search's worker makes (the
+    default size) keeps both lengths, whatever the order the trials ask for them in."""
+    cache, built = InputCache(), []
+    settings = {n: settings_for("data.path=/data", f"data.max_length={n}") for n in (512, 1024)}
+    for n in (512, 1024, 1024, 512, 1024, 512, 512, 1024):
+        for product in ("tokenizer", "encodings"):
+            cache.get(product, settings[n], lambda n=n, product=product: built.append((product, n)))
+    assert sorted(built) == [("encodings", 512), ("encodings", 1024), ("tokenizer", 512), ("tokenizer", 1024)]
+
+
 def history_without_times(run_dir):
     with open(run_dir / "history.csv") as f:
         return [{k: v for k, v in row.items() if "seconds" not in k} for row in csv.DictReader(f)]
