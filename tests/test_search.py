@@ -334,6 +334,28 @@ def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, mon
     assert seen == [2, 2]
 
 
+def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, caplog):
+    """docs/search.md: each trial "trains into outputs/search/<study>/trial_<n>/, a run folder like any other", and
+    a run folder has its train.log (docs/runs.md; scripts/measure_search.py reads the trials' logs): what each trial
+    logs lands in its own folder's train.log, and no other trial's."""
+    import logging
+
+    def train_logging(settings, run_dir, overrides, on_epoch_end=None, **kwargs):
+        logging.getLogger("train").info(f"training {run_dir.name} with {overrides[-1]}")
+        return fake_trainer(lambda o: [0.5])(overrides, run_dir, on_epoch_end)
+
+    settings = study_settings(tmp_path, n_trials=2, pruning=False)
+    monkeypatch.setattr("mha_textclf.tuning.train", train_logging)
+    monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: None)  # (a second each, unused)
+    caplog.set_level(logging.INFO)
+    study = search(settings, tmp_path / "study")
+    for trial in study.trials:
+        folder = f"trial_{trial.number:03d}"
+        log = (tmp_path / "study" / folder / "train.log").read_text()
+        lr = as_override("trainer.lr", trial.params["trainer.lr"])
+        assert [line.split(" - ", 1)[1] for line in log.splitlines()] == [f"training {folder} with {lr}"]
+
+
 def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
     """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
     built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
