@@ -356,6 +356,25 @@ def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, capl
         assert [line.split(" - ", 1)[1] for line in log.splitlines()] == [f"training {folder} with {lr}"]
 
 
+def test_a_journal_file_named_by_storage_holds_the_study_there(tmp_path):
+    """docs/search.md: "storage=/shared/path/study.log": a path without :// is a journal file, there, and the
+    study's folder then holds no journal of its own; without storage=, the journal is the study folder's
+    optuna-journal.log."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from mha_textclf.tuning import run_search
+
+    journal = tmp_path / "shared" / "path" / "study.log"
+    for storage, where in ((str(journal), journal), (None, tmp_path / "default" / "optuna-journal.log")):
+        study_dir = where.parent if storage is None else tmp_path / "study"
+        run_search(study_settings(tmp_path, n_trials=2, pruning=False, storage=storage), study_dir,
+                   fake_trainer(lambda o: [0.5]))
+        loaded = optuna.load_study(study_name="fake", storage=JournalStorage(JournalFileBackend(str(where))))
+        assert [t.state.name for t in loaded.trials] == ["COMPLETE", "COMPLETE"]
+    assert not (tmp_path / "study" / "optuna-journal.log").exists()
+
+
 def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
     """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
     built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
