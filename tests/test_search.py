@@ -375,6 +375,23 @@ def test_a_journal_file_named_by_storage_holds_the_study_there(tmp_path):
     assert not (tmp_path / "study" / "optuna-journal.log").exists()
 
 
+def test_the_accuracy_space_is_the_documented_one():
+    """docs/search.md: "python -m search  # 40 trials over configs/hparams_search/accuracy.yaml", "the space above,
+    model.cls_only=true, 24 epochs, seed 0 for every trial", "the accuracy space, which varies data.max_length
+    between 512 and 1024", its importances over model.token_dropout, trainer.lr, trainer.weight_decay,
+    data.max_length and pe, and study=accuracy_unpruned "the same space"."""
+    settings = settings_for(app="search")
+    assert (settings.study, settings.n_trials, settings.pruning) == ("accuracy", 40, True)
+    trial = settings_for(*settings.train)  # what every trial shares
+    assert trial.model.cls_only is True and trial.trainer.epochs == 24 and trial.seed == 0
+    space = search_space(settings.params)
+    assert set(space) == {"model.token_dropout", "trainer.lr", "trainer.weight_decay", "data.max_length", "pe"}
+    assert space["data.max_length"].choices == (512, 1024) and set(space["pe"].choices) == {True, False}
+    assert space["trainer.lr"].log and space["trainer.weight_decay"].log
+    unpruned = settings_for("study=accuracy_unpruned", "pruning=false", app="search")
+    assert (unpruned.train, unpruned.params) == (settings.train, settings.params)
+
+
 def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
     """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
     built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
