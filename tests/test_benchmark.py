@@ -99,6 +99,29 @@ def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypa
     assert len(results) == len(cases) and (results["pct_of_peak"] == 5.0).all()
 
 
+def test_each_case_is_the_documented_layer_of_width_64_with_8_heads_of_size_8(monkeypatch):
+    """docs/performance.md: "forward+backward of one attention layer (B=32, C=64, 8 heads of size 8, random padding,
+    no compaction ...)", the median over up to 5 steps, at most ~20 s of them: every case run() hands on, and the
+    layer it builds from one (attention.py's own width and heads)."""
+    from mha_textclf import benchmark
+
+    handed = []
+
+    def in_fresh_process(function, *args):
+        handed.append(args)
+        return 100.0 if function is benchmark.matmul_peak_gflops else {"ms": 1.0, "peak_mb": 0.0, "gflops": 5.0}
+
+    monkeypatch.setattr(benchmark, "_in_fresh_process", in_fresh_process)
+    benchmark.run([64], 32, ["cpu"], log=lambda line: None)
+    cases = [args[0] for args in handed[1:]]
+    assert len(cases) == 6
+    for case in cases:
+        assert (case.B, case.d_model, case.n_heads, case.repeats, case.max_seconds) == (32, 64, 8, 5, 20.0)
+    for case in cases:
+        layer = build_attention(case.variant, case.d_model, case.n_heads)
+        assert (layer.d_model, layer.n_heads, layer.head_dim) == (64, 8, 8), case.variant
+
+
 def test_ratios_put_each_time_over_the_one_the_docs_name():
     """ratios.csv's columns as docs/performance.md reads them: efficient / torch, naive / efficient, full / cls_only."""
     ms = {("efficient", "full"): 2.0, ("torch", "full"): 5.0, ("naive", "full"): 8.0,
