@@ -425,6 +425,22 @@ def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
+def test_by_default_a_worker_beats_every_20_seconds_and_a_trial_silent_for_a_minute_is_dead(tmp_path):
+    """docs/search.md: "its worker records a heartbeat every heartbeat_seconds (20). A trial silent for 3 heartbeats
+    ... is marked failed": the study python -m search opens beats every 20 s; 55 s of silence is alive, 65 s dead."""
+    from mha_textclf.tuning import _open_study
+    from mha_textclf.workers import HEARTBEAT
+
+    settings = settings_for(app="search")
+    study = _open_study(settings, str(tmp_path / "journal.log"))
+    assert settings.heartbeat_seconds == study._storage.get_heartbeat_interval() == 20
+    quiet, silent = study.ask(), study.ask()
+    for trial, seconds in ((quiet, 55), (silent, 65)):
+        study._storage.set_trial_system_attr(trial._trial_id, HEARTBEAT, time.time() - seconds)
+    assert study._storage._get_stale_trial_ids(study._study_id) == [silent._trial_id]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the_next_worker(tmp_path):
     from mha_textclf.workers import HEARTBEAT, fail_stale_trials, open_storage
 
