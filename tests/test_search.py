@@ -425,6 +425,31 @@ def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
+def test_a_database_takes_a_trial_silent_for_three_heartbeats_for_dead_as_the_journal_does(tmp_path):
+    """docs/search.md: "A trial silent for 3 heartbeats ... is marked failed ... and queued once more", whichever
+    storage= holds the study (here an SQLAlchemy URL, whose heartbeats Optuna keeps itself): 25 s of silence with
+    heartbeats of 10 s is alive, 35 s dead, and the dead trial's retry is the journal's."""
+    from datetime import timedelta
+
+    import sqlalchemy
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    from mha_textclf.workers import open_storage, retry_once
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'db' / 'optuna.db'}", heartbeat_seconds=10)
+    study = optuna.create_study(study_name="s", storage=storage)
+    late, dead = study.ask(), study.ask()
+    for trial, seconds in ((late, 25), (dead, 35)):
+        storage.record_heartbeat(trial._trial_id)
+        with _create_scoped_session(storage.scoped_session, True) as session:  # its last beat, that long ago
+            beat = models.TrialHeartbeatModel.where_trial_id(trial._trial_id, session, True)
+            beat.heartbeat = session.execute(sqlalchemy.func.now()).scalar() - timedelta(seconds=seconds)
+    assert storage._get_stale_trial_ids(study._study_id) == [dead._trial_id]
+    assert storage.get_heartbeat_stale_trial_callback() is retry_once
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_by_default_a_worker_beats_every_20_seconds_and_a_trial_silent_for_a_minute_is_dead(tmp_path):
     """docs/search.md: "its worker records a heartbeat every heartbeat_seconds (20). A trial silent for 3 heartbeats
     ... is marked failed": the study python -m search opens beats every 20 s; 55 s of silence is alive, 65 s dead."""
