@@ -310,6 +310,44 @@ def test_a_worker_stops_once_the_study_has_n_trials_finished_pruned_ones_by_othe
     assert sorted(t.state.name for t in study.trials) == ["COMPLETE", "PRUNED", "PRUNED"]
 
 
+def test_workers_finishing_together_write_the_reports_in_turn_under_reports_lock(tmp_path, monkeypatch):
+    """docs/search.md: "Workers finishing together take turns under a lock file (reports.lock), each reading the
+    storage once its turn comes". While another worker holds reports.lock (and finishes a trial meanwhile), this one
+    waits and writes nothing; once the lock is free it writes best.json with that trial counted."""
+    import threading
+
+    from optuna.distributions import FloatDistribution
+    from optuna.storages.journal import JournalFileOpenLock
+    from optuna.visualization import matplotlib as plots
+
+    from mha_textclf.tuning import write_study_reports
+
+    for plot in ("plot_optimization_history", "plot_param_importances"):  # (a second of drawing; read elsewhere)
+        monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
+    storage, study_dir = f"sqlite:///{tmp_path / 'optuna.db'}", tmp_path / "study"
+    study_dir.mkdir()
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+
+    def finish_a_trial(value):  # as a worker does: into the storage
+        optuna.load_study(study_name="s", storage=storage).add_trial(optuna.trial.create_trial(
+            value=value, params={"trainer.lr": value / 100},
+            distributions={"trainer.lr": FloatDistribution(1e-4, 1e-1, log=True)}))
+
+    finish_a_trial(0.5)
+    finish_a_trial(0.6)
+    other = JournalFileOpenLock(str(study_dir / "reports"))  # another worker's turn
+    other.acquire()
+    writer = threading.Thread(target=write_study_reports, args=(study, study_dir))
+    writer.start()
+    finish_a_trial(0.4)
+    writer.join(timeout=0.5)
+    assert writer.is_alive() and (study_dir / "reports.lock").exists() and not (study_dir / "best.json").exists()
+    other.release()
+    writer.join(timeout=60)
+    assert not writer.is_alive()
+    assert json.loads((study_dir / "best.json").read_text())["trials"] == {"complete": 3}
+
+
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
     """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (about 6 of the 50 asked for; read as
     seconds, a single trial)."""
