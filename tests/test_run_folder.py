@@ -446,7 +446,7 @@ def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path
 @pytest.mark.parametrize("max_length", [128, 48])  # bbc-news articles cut at 128 tokens are long texts; at 48, short
 def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_same_command_continues(
         data_dir, tmp_path, caplog, max_length):
-    """settings.BY_TEXT_LENGTH: with half the training texts at LONG_TEXT tokens or more, the second values, else the
+    """settings.BY_TEXT_LENGTH: with the median training text at LONG_TEXT tokens or more, the second values, else the
     first; decided once, logged, written where the run is described; a value given (here trainer.epochs) wins."""
     run_dir = tmp_path / "run"
     command = ["experiment=smoke", "probes.attention=[]", f"data.max_length={max_length}", "model.d_model=null",

@@ -605,13 +605,13 @@ def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_hal
 
 
 def test_the_readme_s_long_text_rule_is_the_rule_the_pipeline_applies():
-    """README (On other corpora): "where half the training texts have 128 tokens or more, 128 dimensions, token
+    """README (On other corpora): "where the median training text has 128 tokens or more, 128 dimensions, token
     dropout 0.85, 24 epochs, label smoothing 0.1 and positional encoding, instead of 64, 0.75, 12, 0 and none": the
     threshold and both sets of values, read from the README, against what by_text_length decides at the threshold and
     just below it."""
     readme = " ".join((REPO / "README.md").read_text().split())
     number = r"(\d+(?:\.\d+)?)"
-    found = re.search(rf"where half the training texts have {number} tokens or more, {number} dimensions, token "
+    found = re.search(rf"where the median training text has {number} tokens or more, {number} dimensions, token "
                       rf"dropout {number}, {number} epochs, label smoothing {number} and positional encoding, "
                       rf"instead of {number}, {number}, {number}, {number} and none\.", readme)
     assert found, "README.md no longer states the long-text rule in the words this test reads"

@@ -233,7 +233,7 @@ def vocabulary_size(corpus: Corpus, settings: TrainSettings) -> dict[str, tuple]
 
 def by_text_length(input_ids: Sequence[Sequence[int]]) -> dict[str, tuple]:
     """settings.BY_TEXT_LENGTH's values for a corpus whose training texts are these encodings: its second values
-    where half of them have settings.LONG_TEXT tokens or more."""
+    where their median has settings.LONG_TEXT tokens or more (of an even count, the mean of the middle two)."""
     median = statistics.median(len(ids) for ids in input_ids)
     long = median >= LONG_TEXT
     why = (f"the median training text has {median:g} tokens, {'at least' if long else 'fewer than'} {LONG_TEXT}: "

@@ -48,7 +48,7 @@ def setting(default: Any = NO_DEFAULT, help: str = "", *, factory=None, choices=
 ATTENTION_VARIANTS = ("naive", "efficient", "torch")
 
 # Settings left null that take one of two values by the length of the corpus's texts (pipeline.adapt_to_corpus): the
-# first for most corpora, the second for a corpus of long texts, where half the training texts have LONG_TEXT tokens
+# first for most corpora, the second for a corpus of long texts, where the median training text has LONG_TEXT tokens
 # or more ([CLS] and [SEP] included, cut at data.max_length). Token dropout hides most of such a text, a different
 # part at every pass, so the model gains from more passes, heavier dropout, wider vectors, smoothed labels and the
 # positions of what it sees; on short texts, which token dropout leaves whole (model.token_dropout_keep), the same
@@ -129,8 +129,8 @@ class TokenizerSettings:
 
 @dataclass
 class TrainerSettings:
-    epochs: int | None = setting(None, f"passes over the training split; {_by_length('trainer.epochs')} (half its "
-                                       f"training texts have {LONG_TEXT} tokens or more), which with model.d_model, "
+    epochs: int | None = setting(None, f"passes over the training split; {_by_length('trainer.epochs')} (its median "
+                                       f"training text has {LONG_TEXT} tokens or more), which with model.d_model, "
                                        "model.token_dropout, trainer.label_smoothing and pe left null trains longer, "
                                        "wider and more regularised, with positions (resolved once, logged and "
                                        "written into config.yaml and metrics.json)", gt=0)
