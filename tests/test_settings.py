@@ -123,6 +123,19 @@ def test_every_value_of_a_sweep_is_checked():
     assert command_line_problems("-m", "model=naive,efficient", "seed=range(0,3)") == []
 
 
+def test_a_rule_that_only_a_later_job_of_a_sweep_breaks_stops_the_sweep_before_its_first_job():
+    """README, 'When things go wrong': "A mistake in the settings stops before anything runs, with one message that
+    lists every problem". In a sweep whose first job is valid, a later job whose settings break a rule between
+    settings (a head count d_model does not divide, pe=true with an odd d_model) is found with the command line, not
+    by that job once the jobs before it have trained; a valid sweep still runs."""
+    assert command_line_problems("-m", "model.n_heads=8,5") == [
+        "model.n_heads=5: model.d_model=64 is not divisible by it; each head gets d_model // n_heads dimensions "
+        "(choose among [1, 2, 4, 8, 16, 32, 64])."]
+    assert command_line_problems("-m", "seed=0,1", "pe=false,true", "model.d_model=63", "model.n_heads=1") == [
+        "pe=true needs an even model.d_model (sin/cos pairs), got 63."]
+    assert command_line_problems("-m", "seed=0,1", "pe=false,true", "model.d_model=62", "model.n_heads=1") == []
+
+
 def test_values_from_experiment_files_are_checked_with_the_command_line():
     # experiment=best sets data.max_length=1024; the rule between d_model and pe still sees the whole config.
     assert command_line_problems("experiment=best", "model.d_model=63", "model.n_heads=1", "pe=true") == [
