@@ -78,6 +78,25 @@ def test_the_readme_s_plain_command_runs_with_the_defaults_it_lists():
     assert {key: show(composed[key]) for key in listed} == listed
 
 
+def test_the_readme_s_install_commands_fit_the_python_and_torch_ranges_pyproject_requires():
+    """README (Quick start): "on a fresh machine with Python ≥ 3.10" and "`torch==2.13.0` comes first so that pip
+    takes that build ... and the project's range (`torch>=2.4,<2.14`) adds nothing": pyproject.toml requires the
+    Python and the torch range the page states, and the torch both install commands pin lies in that range (one
+    that leaves it out makes pip refuse the Quick start's commands)."""
+    from packaging.requirements import Requirement
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    pyproject = (REPO / "pyproject.toml").read_text()
+    python = re.search(r"on a fresh machine with Python ≥ (\d+\.\d+)", readme)
+    stated = re.search(r"the project's range \(`(torch[^`]+)`\)", readme)
+    assert python and stated, "README.md no longer states its Python and torch ranges in the words this test reads"
+    assert re.search(r'^requires-python = "(.+)"$', pyproject, re.MULTILINE).group(1) == f">={python.group(1)}"
+    (required,) = [Requirement(r) for r in re.findall(r'^\s*"(torch\b[^"]*)"', pyproject, re.MULTILINE)]
+    assert required.specifier == Requirement(stated.group(1)).specifier
+    pins = re.findall(r"pip install torch==(\S+) -e ", readme)
+    assert len(pins) == 2 and all(required.specifier.contains(pin) for pin in pins), pins
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
 def test_the_defaults_the_results_were_measured_with_are_the_defaults(page):
     """README (The answer) and docs/results.md: "**Defaults** (12 epochs, batch 32, AdamW lr 3e-3 with a 1-epoch
