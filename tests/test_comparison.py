@@ -61,6 +61,22 @@ def test_speed_from_one_seed_is_a_bootstrap_over_epochs():
     assert speed_ratio([(np.linspace(1.4, 1.6, 12), np.linspace(0.95, 1.05, 12))]) == noisy  # reproducible
 
 
+def test_a_bootstrap_interval_holds_the_middle_95_percent_of_the_resampled_median_ratio():
+    """README (The answer) and summary.md: "slower by 1.61× (95% CI 1.09–2.37×)"; below 3 seeds the interval is a
+    bootstrap over epochs. Against a reference whose epochs all take 1 s, the resampled ratio is the median of 17
+    draws from the variant's epochs, whose distribution is exact: it is at most the k-th smallest epoch when 9 or more
+    of the 17 draws are, Binomial(17, k/17). Its 2.5% and 97.5% quantiles are the 5th and 13th epochs; a 90%
+    interval would be the 6th and 12th."""
+    variant = 1.0 + 0.1 * np.arange(1, 18)  # 1.1, 1.2, ..., 2.7 s: 17 distinct epoch times
+    cdf = [stats.binom.sf(8, 17, k / 17) for k in range(1, 18)]  # P(median of 17 draws <= the k-th smallest)
+    low = next(k for k in range(17) if cdf[k] >= 0.025)  # the smallest epoch whose probability reaches 2.5%
+    high = next(k for k in range(17) if cdf[k] >= 0.975)
+    assert (low, high) == (4, 12) and next(k for k in range(17) if cdf[k] >= 0.05) == 5  # (95% and 90% differ)
+    ratio = speed_ratio([(variant, np.ones(17))])
+    assert ratio.method == "bootstrap over epochs, 1 seed" and ratio.estimate == pytest.approx(variant[8])
+    assert (ratio.low, ratio.high) == pytest.approx((variant[low], variant[high]))
+
+
 @pytest.mark.parametrize("epochs", [6, 2])
 def test_speed_from_two_seeds_is_the_geometric_mean_of_their_ratios(epochs):
     """speed_ratio: "the geometric mean over seeds of the ratio of median epoch seconds", below 3 seeds too, where
