@@ -117,6 +117,20 @@ def test_the_documented_example_is_what_train_prints(capsys):
     assert capsys.readouterr().err.splitlines() == printed
 
 
+@pytest.mark.parametrize(("app", "help_command"), [
+    ("train", "python -m train --help"), ("predict", "python -m predict --help"),
+    ("search", "python -m search --help"), ("baseline", "python scripts/baseline_tfidf.py --help")])
+def test_a_mistake_ends_with_the_help_command_of_the_command_that_was_typed(app, help_command, capsys):
+    """README, 'When things go wrong': a mistake in the settings stops "with one message that lists every problem
+    and what to change (exit code 2). `python -m train --help` lists what is valid": each command's message ends
+    with its own help page, the one that lists its settings (predict's, search's and the baseline's are not
+    train's)."""
+    with pytest.raises(SystemExit) as exit_code:
+        cli.check_command_line(app, ["no_such_setting=1"])
+    assert exit_code.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"Every setting, its default and meaning: {help_command}"
+
+
 def test_every_value_of_a_sweep_is_checked():
     assert command_line_problems("-m", "trainer.lr=1e-3,abc,0") == ["trainer.lr=abc: must be a number.",
                                                                    "trainer.lr=0: must be > 0."]
