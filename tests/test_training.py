@@ -271,6 +271,18 @@ def test_label_smoothing_changes_the_training_loss_only():
     assert rows[0.3]["train_loss"] != pytest.approx(rows[0.3]["val_loss"], rel=1e-3)
 
 
+def test_the_optimiser_is_adamw_with_the_settings_lr_and_decoupled_weight_decay(tmp_path):
+    """README (The answer): "**Defaults** (12 epochs, batch 32, AdamW lr 3e-3 ...)", and the settings' help: "AdamW's
+    peak learning rate", "AdamW's decoupled weight decay". The optimiser's state in last.pt is AdamW's: Adam would add
+    the weight decay to the gradient (decoupled_weight_decay false), its state otherwise the same."""
+    ids, labels = toy_problem()
+    fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+        plain_trainer(epochs=1, lr=1e-2, weight_decay=0.05), CPU, state_path=tmp_path / "last.pt")
+    group = load_training_state(tmp_path / "last.pt")["optimizer"]["param_groups"][0]
+    assert group["decoupled_weight_decay"] is True
+    assert group["weight_decay"] == 0.05 and group["initial_lr"] == 1e-2
+
+
 def test_gradient_clipping_reaches_the_update():
     ids, labels = toy_problem()
     moved = {}
