@@ -1,5 +1,6 @@
 """The real configs compose for every variant × pe, hold only deltas over the schema, and every experiment runs."""
 
+import json
 import math
 import re
 from dataclasses import asdict
@@ -114,6 +115,21 @@ def test_the_defaults_the_results_were_measured_with_are_the_defaults(page):
         int(epochs), int(batch), float(lr), float(warmup), schedule)
     assert (settings.model.token_dropout, settings.data.max_length) == (float(dropout), int(max_length))
     assert not settings.model.cls_only and settings.data.group_by_length  # every query; batches by length
+
+
+def test_the_default_run_is_bbc_news_with_the_readme_s_vocabulary_of_wordpieces_and_its_five_classes(data_dir):
+    """README, first paragraph: "the 5-class bbc-news dataset with a 1000-token WordPiece tokenizer", read from the
+    README: the default composition reads bbc-news and pins that vocabulary size (its own data config; other corpora
+    leave it to adapt)."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    found = re.search(r"on the (\d+)-class \[bbc-news\]\(\S+\) dataset with a (\d+)-token WordPiece tokenizer", readme)
+    assert found, "README.md no longer states the default task in the words this test reads"
+    classes, vocab_size = (int(v) for v in found.groups())
+    settings = settings_for()
+    assert settings.tokenizer.vocab_size == vocab_size and settings.tokenizer.base is None  # WordPiece learned here
+    assert settings.data.path.rstrip("/").endswith("bbc-news")
+    lines = (data_dir / "train.jsonl").read_text().splitlines()
+    assert len({json.loads(line)["label"] for line in lines}) == classes
 
 
 def test_config_files_hold_no_value_the_schema_already_holds():
