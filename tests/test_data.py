@@ -127,6 +127,19 @@ def test_a_validation_split_the_data_has_is_used_as_it_is(tmp_path):
     assert corpus.sources == {"train": "train split", "val": "dev split", "test": "test split"}
 
 
+def test_split_files_in_a_subfolder_of_the_data_folder_are_found_by_their_names(tmp_path):
+    """docs/own-data.md, Splits: "named by their files: train.*, test.*, and validation.* ...
+    (`data/train-00000-of-00001.parquet` works too)": a hub dataset's download keeps its files in data/; pointed at
+    the folder above, each split is the file of its name, not one carved from train."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "README.md").write_text("# a dataset card\n")
+    for split, n in (("train", 20), ("validation", 6), ("test", 4)):
+        pd.DataFrame(rows(n)).to_parquet(tmp_path / "data" / f"{split}-00000-of-00001.parquet")
+    corpus = load(tmp_path)
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (20, 6, 4)
+    assert corpus.sources == {"train": "train split", "val": "validation split", "test": "test split"}
+
+
 @pytest.mark.parametrize("name", ["validation", "valid", "val", "dev"])
 def test_each_name_of_a_validation_split_is_one(tmp_path, name):
     write_jsonl(tmp_path, {"train": rows(12), name: rows(4), "test": rows(2)})
