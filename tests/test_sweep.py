@@ -473,6 +473,23 @@ def test_summarize_writes_the_summary_and_each_plot_into_the_folder_and_no_sweep
     assert saved["loss_curves.png"].get_suptitle().startswith("loss per epoch")
 
 
+def test_summarize_finds_the_run_folders_at_any_depth_of_outputs(tmp_path):
+    """docs/comparing.md: `python scripts/summarize.py <folder>` writes the summary "for any folder that holds run
+    folders, at any depth (for example `outputs/runs`...)"; and of the baseline, "`scripts/summarize.py outputs` puts
+    it in the same table". outputs/ as the configs lay it out: a single run in runs/<stamp>/, a sweep's jobs in
+    multirun/<stamp>/<job>/, a baseline sweep's in baselines/multirun/<stamp>/<job>/."""
+    outputs = tmp_path / "outputs"
+    runs = {"runs/2026-01-01_10-00-00-000000_efficient_pe-False": ("efficient", 2),
+            "multirun/2026-01-01_11-00-00-000000/0_seed-0": ("efficient", 0),
+            "multirun/2026-01-01_11-00-00-000000/1_seed-1": ("efficient", 1),
+            "baselines/multirun/2026-01-01_12-00-00-000000/0_features-words_seed-0": ("tfidf-words", 0)}
+    for folder, (model, seed) in runs.items():
+        fake_run(outputs / folder, model=model, seed=seed, pe=None if model.startswith("tfidf") else False)
+    assert load_script("summarize").main([str(outputs)]) == 0
+    table = pd.read_csv(outputs / "summary.csv")
+    assert {row.run_dir: (row.model, row.seed) for row in table.itertuples()} == runs
+
+
 def test_summarize_refuses_a_folder_without_runs_and_a_path_that_is_no_folder(tmp_path, capsys):
     """scripts/summarize.py: usage errors exit with 2 (argparse's), saying what is wrong, and write nothing."""
     summarize = load_script("summarize")
