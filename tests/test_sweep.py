@@ -593,6 +593,23 @@ def test_memory_is_said_not_to_compare_only_when_jobs_shared_a_process(tmp_path)
         assert "jobs shared" not in alone and "does not compare" not in alone  # ...and no warning against it
 
 
+def test_the_note_on_jobs_that_shared_a_process_says_how_to_compare_memory(tmp_path):
+    """docs/comparing.md: the note when the jobs shared one process, since their peak RSS "does not compare variants":
+    "run them with `hydra/launcher=submitit_local`, one fresh process per job, or use `scripts/benchmark.py`, to
+    compare memory". (README, The answer: "these 18 jobs shared one process; docs/comparing.md says how to measure it
+    per variant".)"""
+    for num in (0, 1):
+        fake_run(tmp_path / f"{num}_seed-{num}", seed=num, stages={"fit": {"peak_memory_mb": 600.0 + num}})
+        JobRecord(job=num, overrides=[f"seed={num}"], started_at="2026-01-01T00:00:00.000+00:00",
+                  ended_at="2026-01-01T00:00:02.000+00:00", wall_seconds=2.0, host="node", pid=7,
+                  status="COMPLETED").write(tmp_path / f"{num}_seed-{num}")
+    write_summary(tmp_path)
+    answer = (tmp_path / "summary.md").read_text().split("## The answer: bbc-news", 1)[1].split("\n## ", 1)[0]
+    (note,) = [line for line in answer.splitlines() if line.startswith("Peak RSS")]
+    assert "2 jobs shared one process" in note and "does not compare variants" in note
+    assert "`hydra/launcher=submitit_local`" in note and "`scripts/benchmark.py`" in note
+
+
 def test_jobs_on_different_hosts_with_the_same_pid_did_not_share_a_process(tmp_path):
     """docs/comparing.md: the note comes "when the jobs shared one process". A process is a pid on a host: Slurm jobs
     on two nodes may well have the same pid, each its own process (and its own peak RSS), while jobs with one pid on
