@@ -390,6 +390,31 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert "**Noise rule:**" in text and "5 articles or fewer" in text
 
 
+def test_docs_results_tables_are_the_summarys_own_by_group_and_pe_against_no_pe(tmp_path):
+    """docs/results.md: "Mean ± std over seeds 0, 1, 2, as the sweep's `summary.md` gives them", and "pe=True against
+    pe=False, paired over the seeds they share, from the same `summary.md`": the page's defaults table has the columns
+    of summary.md's table of every metric by group, in their order (a sweep with job records, at the default levels
+    0.85, 0.9, 0.95), and its pe table those of summary.md's, each row's pe reading "True vs False"."""
+    page = (REPO / "docs" / "results.md").read_text()
+    for model in ("efficient", "naive"):
+        for pe in (False, True):
+            for seed in (0, 1):
+                folder = tmp_path / f"{model}_{pe}_{seed}"
+                fake_run(folder, model=model, pe=pe, seed=seed, n_samples=1000, epoch_times=[1.0] * 6)
+                edit_metrics(folder, time_to_accuracy={"0.85": 1.0, "0.9": 2.0, "0.95": None})
+                JobRecord(job=seed, overrides=[f"seed={seed}"], started_at="2026-01-01T00:00:00.000+00:00",
+                          ended_at="2026-01-01T00:00:08.000+00:00", wall_seconds=8.0, host="node", pid=seed,
+                          status="COMPLETED").write(folder)
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert list(md_table(text, "## By dataset")[0]) == list(md_table(page, "**Defaults**")[0])
+    documented = md_table(page, "pe=True against pe=False, paired over the seeds they share")
+    summary = md_table(text, "### pe=True against pe=False")
+    assert list(summary[0]) == list(documented[0])
+    assert {row["pe"] for row in documented} == {row["pe"] for row in summary} == {"True vs False"}
+    assert [row["model"] for row in summary] == ["efficient", "naive"]
+
+
 def test_each_dataset_gets_its_own_answer_with_its_own_runs_and_comparisons(tmp_path):
     """docs/comparing.md: summary.md "opens with **the answer**, one section per dataset": each section holds the
     variants of its dataset alone, their times relative to that dataset's fastest, and the comparisons among them."""
