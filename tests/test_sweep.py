@@ -618,6 +618,22 @@ def test_memory_is_said_not_to_compare_only_when_jobs_shared_a_process(tmp_path)
         assert "jobs shared" not in alone and "does not compare" not in alone  # ...and no warning against it
 
 
+def test_summary_md_gives_the_answer_then_the_sweeps_record_then_every_metric_by_group_then_every_run(tmp_path):
+    """docs/comparing.md: summary.md "opens with **the answer**, one section per dataset", "then **the sweep's own
+    record** (its wall time ... and the jobs' wall times against their training seconds), every metric by group ...,
+    and one row per run": its sections in that order, each once."""
+    for num, model in enumerate(("efficient", "naive")):
+        fake_run(tmp_path / f"{num}_model-{model}", model=model, n_samples=1000, epoch_times=[1.0 + num] * 6)
+        JobRecord(job=num, overrides=[f"model={model}"], started_at="2026-01-01T00:00:00.000+00:00",
+                  ended_at="2026-01-01T00:00:30.000+00:00", wall_seconds=30.0, host="node", pid=num,
+                  status="COMPLETED").write(tmp_path / f"{num}_model-{model}")
+    write_summary(tmp_path)
+    headings = [line for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith("## ")]
+    assert headings == ["## The answer: bbc-news", "## The sweep",
+                        "## By dataset, model, pe and varying settings: every metric (mean ± std over runs)",
+                        "## Runs"]
+
+
 def test_the_note_on_jobs_that_shared_a_process_says_how_to_compare_memory(tmp_path):
     """docs/comparing.md: the note when the jobs shared one process, since their peak RSS "does not compare variants":
     "run them with `hydra/launcher=submitit_local`, one fresh process per job, or use `scripts/benchmark.py`, to
