@@ -2,6 +2,8 @@
 that call float-rounding noise noise."""
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from scipy import stats
 
 from mha_textclf.comparison import (
     NOISE_ARTICLES,
+    RULES,
     Interval,
     accuracy_verdict,
     paired_t,
@@ -21,6 +24,19 @@ def test_the_noise_floor_is_the_largest_difference_mcnemar_cannot_call_significa
     # k discordant articles all going one way: the most significant a net difference of k can ever be.
     assert stats.binomtest(NOISE_ARTICLES, NOISE_ARTICLES).pvalue >= 0.05
     assert stats.binomtest(NOISE_ARTICLES + 1, NOISE_ARTICLES + 1).pvalue < 0.05
+
+
+def test_the_rules_print_the_exact_mcnemar_p_of_the_noise_floor_as_docs_comparing_gives_it():
+    """docs/comparing.md: 'cannot call a net difference of 5 articles ... significant at 5% (p ≥ 0.0625, all 5 going
+    one way)'. summary.md's rules print the same bound, unrounded: 0.062 would be a p that no test gives."""
+    exact = stats.binomtest(NOISE_ARTICLES, NOISE_ARTICLES).pvalue
+    printed = float(re.search(r"significant \(p ≥ ([0-9.]+)\)", RULES).group(1))
+    documented = (Path(__file__).parents[1] / "docs" / "comparing.md").read_text()
+    documented = " ".join(documented.split())
+    assert f"difference of {NOISE_ARTICLES} articles" in RULES
+    assert printed == pytest.approx(exact, abs=1e-12), (printed, exact)
+    assert f"net difference of {NOISE_ARTICLES} articles" in documented and f"(p ≥ {printed:g}, all {NOISE_ARTICLES} " \
+        "going one way)" in documented
 
 
 def test_paired_t_matches_scipy():

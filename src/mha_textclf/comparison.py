@@ -45,14 +45,15 @@ def mcnemar_floor(alpha: float = 1 - CONFIDENCE) -> int:
 NOISE_ARTICLES = mcnemar_floor()  # 5 at 95%
 
 RULES = (
-    f"Differences are paired over the seeds two variants share (repeats of a seed averaged first). Speed: the ratio "
-    f"of median epoch seconds, with a paired t interval on the log ratios from {MIN_SEEDS_FOR_T} seeds on, and below "
-    f"that a bootstrap over the runs' epochs (too few seeds to estimate a spread across them; it covers "
-    f"epoch-to-epoch variation only, and needs {MIN_EPOCHS_FOR_BOOTSTRAP} epochs in every run). Accuracy: the "
-    f"difference in points (1 point = 1% of the split's articles), with a paired t interval from 2 seeds on. "
+    f"Differences are paired over the seeds two variants share (a seed's repeats: their epochs pooled, their "
+    f"accuracies averaged). Speed: the ratio of median epoch seconds, with a paired t interval on the log ratios "
+    f"from {MIN_SEEDS_FOR_T} seeds on, and below that a bootstrap over the runs' epochs (too few seeds to estimate a "
+    f"spread across them; it covers epoch-to-epoch variation only, and needs {MIN_EPOCHS_FOR_BOOTSTRAP} epochs in "
+    f"every run). Accuracy: the difference in points (1 point = 1% of the split's articles), with a paired t "
+    f"interval from 2 seeds on. "
     f"**Noise rule:** an accuracy difference is \"same within noise\" when its {CONFIDENCE:.0%} interval contains 0 "
     f"or when it is {NOISE_ARTICLES} articles or fewer of the split: an exact McNemar test cannot call a net "
-    f"difference of {NOISE_ARTICLES} articles significant (p ≥ {2 * 0.5 ** NOISE_ARTICLES:.3f}) however the other "
+    f"difference of {NOISE_ARTICLES} articles significant (p ≥ {2 * 0.5 ** NOISE_ARTICLES:.4g}) however the other "
     f"articles fall, and variants that compute the same function drift apart by a few articles through float "
     f"rounding alone.")
 

@@ -320,7 +320,7 @@ def _select(done: pd.DataFrame, model: str, pe: str, settings: list[str], values
 
 
 def _paired(folder: Path, variant: pd.DataFrame, reference: pd.DataFrame) -> dict[str, str]:
-    """The verdicts of `variant` against `reference` over the seeds both have; repeats of a seed averaged first."""
+    """The verdicts of `variant` against `reference` over the seeds both have (a seed's repeats pooled or averaged)."""
     shared = sorted(set(variant["seed"]) & set(reference["seed"]))
     if not shared:
         return {"shared seeds": "0", "epoch time": "no shared seed: nothing to pair", "val accuracy": "",
