@@ -140,6 +140,20 @@ def test_unknown_device_is_a_clear_error():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@pytest.mark.parametrize("name", ["cuda", "cuda:1"])
+def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monkeypatch):
+    """docs/runs.md, When things go wrong: `device=cuda` without a GPU says "PyTorch sees no CUDA GPU; use device=cpu
+    or device=auto": the setting named, and both ways to run, not only that the GPU is missing (test_cli_errors.py
+    reads the first half through the command line, where there is no GPU)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError) as refused:
+        resolve_device(name)
+    message = str(refused.value)
+    assert message.startswith(f"device={name} but PyTorch sees no CUDA GPU")
+    assert message.endswith("; use device=cpu or device=auto.")
+    assert resolve_device("auto") == CPU  # (the advice holds: auto runs here)
+
+
 def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_last_finished_epoch(tmp_path):
     ids, labels = toy_problem()
     def loaders():
