@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.model_selection import train_test_split
 
-from conftest import write_jsonl
+from conftest import REPO, write_jsonl
 from mha_textclf import data
 from mha_textclf.data import collate, load_corpus, make_loader
 from mha_textclf.errors import UserError
@@ -331,6 +331,25 @@ def test_an_unreachable_hub_is_said_at_once_with_what_to_do(monkeypatch):
     assert "set data.path=<folder>" in str(info.value)
     # docs/configuration.md's other way out: a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1.
     assert "a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1" in str(info.value)
+
+
+def test_an_unreachable_hub_names_both_places_a_local_copy_is_given(monkeypatch):
+    """docs/runs.md, When things go wrong: `data.path` with the hub unreachable says "Offline or no hub access? ... set
+    data.path=<folder> or BBC_NEWS_PATH=<folder>": the setting and, for the default dataset, the variable its config
+    reads (configs/data/bbc_news.yaml), both said in the one message."""
+    import huggingface_hub
+
+    def unreachable(*args, **kwargs):
+        raise OSError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", unreachable)
+    with pytest.raises(UserError) as info:
+        load("SetFit/bbc-news")
+    hint = str(info.value).split("\n", 1)[1]
+    assert hint.startswith("Offline or no hub access?")
+    assert "set data.path=<folder>" in hint and "BBC_NEWS_PATH=<folder>" in hint
+    assert "BBC_NEWS_PATH" in (REPO / "configs" / "data" / "bbc_news.yaml").read_text()  # (the variable it reads)
 
 
 def test_a_hub_id_that_does_not_exist_is_named(monkeypatch):
