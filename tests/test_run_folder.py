@@ -124,6 +124,21 @@ def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_di
     assert fingerprint(run_dir) == before
 
 
+def test_a_refusal_gives_both_ways_out_another_folder_for_a_run_or_a_sweep_or_overwrite(tmp_path):
+    """docs/runs.md, "The same command again": other training settings are "refused before anything in the folder
+    changes, naming each difference, with the ways out: another folder, or `overwrite=true`": another folder as a run
+    and as a sweep choose it (hydra.run.dir=, hydra.sweep.dir=), and overwrite=true, which deletes the results."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_folder.write_config(run_dir, settings_for(*COMMON))
+    other = settings_for(*COMMON[:-1], "pe=false")
+    with pytest.raises(RunFolderError) as refused, run_folder.claim(run_dir, other, []):
+        pytest.fail("claimed a folder holding other settings")
+    ways_out = str(refused.value).split("nothing was changed. ", 1)[1]
+    assert ways_out == ("Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or "
+                        "start afresh in this one with overwrite=true (its results are deleted).")
+
+
 def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
     """docs/runs.md: overwrite=true "deletes the run's own files, then starts afresh"; TensorBoard's event files
     (docs/tracking.md: "event files in the run folder") are the run's too, or the new run's curves would be drawn
