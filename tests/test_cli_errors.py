@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from conftest import compose_config, fingerprint, run_cli, write_jsonl
@@ -177,3 +178,38 @@ def test_a_refused_start_leaves_the_folder_as_it_was_and_a_later_failure_is_reco
         assert OmegaConf.to_container(OmegaConf.load(record / "overrides.yaml")) == ["seed=3"]
     finally:
         HydraConfig.instance().cfg = previous
+
+
+@pytest.mark.parametrize("mode", [RunMode.RUN, RunMode.MULTIRUN])
+def test_a_crash_that_is_no_mistake_is_written_to_error_txt_and_a_sweep_goes_on_and_lists_it(tmp_path, mode):
+    """README, When things go wrong: "A failed sweep job writes error.txt into its folder; the other jobs go on, and
+    the summary lists it"; docs/runs.md: "a run that stops later writes its error to error.txt in its folder, as
+    every sweep job does". Not only bad input (UserError): an error of any kind, here a RuntimeError (out of memory),
+    in a single run (which then ends with its traceback) and in a sweep's job (which returns, for the next job)."""
+    from mha_textclf.summary import runs_table
+
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / "0_seed-3"
+    cfg = compose_config(["seed=3", f"hydra.run.dir={run_dir}"], hydra_config=True)
+    cfg.hydra.runtime.output_dir = str(run_dir)  # (what Hydra sets when the job starts)
+    cfg.hydra.mode = mode
+    previous = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)
+    job_cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])  # what Hydra hands the job
+
+    def crashes(run_dir, record):
+        record()
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    try:
+        if mode == RunMode.RUN:
+            with pytest.raises(RuntimeError, match="out of memory"):  # a single run: the traceback, as it was
+                cli.run_job(crashes, job_cfg)
+        else:
+            assert cli.run_job(crashes, job_cfg) is None  # a sweep's job: the launcher goes on to the next
+    finally:
+        HydraConfig.instance().cfg = previous
+    assert (run_dir / "error.txt").read_text() == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    (row,) = runs_table(sweep).to_dict("records")
+    assert (row["status"], row["seed"]) == ("failed", 3)
+    assert row["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
