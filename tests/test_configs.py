@@ -235,6 +235,21 @@ def test_a_baseline_lands_in_its_own_folder_under_outputs_baselines(as_hydra_job
     assert cfg.hydra.sweep.dir.startswith("outputs/baselines/")
 
 
+@pytest.mark.parametrize(("overrides", "study"), [([], "accuracy"), (["study=accuracy_unpruned"], "accuracy_unpruned")])
+def test_a_study_lands_in_outputs_search_under_its_name_its_journal_there(as_hydra_job, overrides, study):
+    """docs/search.md: each trial "trains into outputs/search/<study>/trial_<n>/", the study "lives in a journal file
+    in its folder (outputs/search/<study>/optuna-journal.log ...)", and "The plots land in the study's folder
+    (outputs/search/accuracy/)": python -m search's folder (Hydra's run folder, where tuning.search writes) is
+    outputs/search/<study>, named by the study, the default one accuracy."""
+    from mha_textclf.tuning import JOURNAL
+
+    cfg = compose_config(overrides, app="search", hydra_config=True)
+    as_hydra_job(cfg)
+    assert cfg.hydra.run.dir == f"outputs/search/{study}" and cfg.study == study
+    assert cfg.hydra.job.chdir is False  # (relative to the folder the command runs in)
+    assert f"outputs/search/<study>/{JOURNAL}" in (REPO / "docs" / "search.md").read_text()
+
+
 def test_experiment_best_is_a_delta_over_the_defaults():
     default, best = settings_for(), settings_for("experiment=best")
     assert best.model.cls_only and not default.model.cls_only
