@@ -260,6 +260,37 @@ def test_ambiguous_folders_are_clear_errors(tmp_path):
         load(tmp_path / "no-train")
 
 
+def test_a_refused_dataset_is_told_what_to_do_not_only_what_is_wrong(tmp_path):
+    """docs/runs.md, When things go wrong: "a label only validation or test has; one class; labels neither ids nor
+    strings" are refused naming "the split, the label and what to do"; "a folder of unnamed files, mixed formats, no
+    train split": the message "says how to name the files, or to point at one file". Each message read to its end
+    (test_bad_data_is_a_clear_error and test_ambiguous_folders_are_clear_errors read what is wrong)."""
+    def refusal(folder) -> str:
+        with pytest.raises(UserError) as refused:
+            load(folder)
+        return str(refused.value)
+
+    write_jsonl(tmp_path / "unseen", {"train": rows(20), "test": rows(4, ("a", "b", "c", "zzz"))})
+    message = refusal(tmp_path / "unseen")
+    assert message.startswith("The test split of") and "has label(s) ['2', '3'] that the train split never" in message
+    assert message.endswith("; nothing can learn them. Drop those rows or add training texts for them.")
+    write_jsonl(tmp_path / "floats", {"train": [r | {"label": 0.5 + i % 2} for i, r in enumerate(rows(8))]})
+    assert refusal(tmp_path / "floats").endswith("(e.g. 0.5, float); give class ids, class names, or a ClassLabel.")
+    write_jsonl(tmp_path / "one-class", {"train": [r | {"label": 0} for r in rows(20)]})
+    assert refusal(tmp_path / "one-class").endswith("has a single class ('b'); a classifier needs at least two.")
+    write_jsonl(tmp_path / "unnamed", {"part1": rows(8), "part2": rows(8)})
+    assert refusal(tmp_path / "unnamed").endswith(
+        "none named after a split: ['part1.jsonl', 'part2.jsonl']. Name them train.*, test.* (and validation.*), or "
+        "point data.path at one file.")
+    write_jsonl(tmp_path / "mixed", {"train": rows(8)})
+    pd.DataFrame(rows(4)).to_csv(tmp_path / "mixed" / "test.csv", index=False)
+    assert refusal(tmp_path / "mixed").endswith("mixes file formats (.csv, .jsonl); give every split in one format.")
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(rows(4))}).save_to_disk(tmp_path / "no-train")
+    assert refusal(tmp_path / "no-train").endswith(
+        "has no train split (it has ['test']); name its training data train (train.csv, ...), or point data.path at "
+        "that one file.")
+
+
 def test_collate_pads_dynamically_and_marks_padding():
     batch = collate([([2, 7, 8, 3], 1), ([2, 9, 3], 0)], pad_id=0)
     assert batch["input_ids"].tolist() == [[2, 7, 8, 3], [2, 9, 3, 0]]
