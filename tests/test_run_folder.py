@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from conftest import REPO, fingerprint, run_split, settings_for, train_in_process
-from mha_textclf import run_folder, training
+from mha_textclf import pipeline, run_folder, training
 from mha_textclf.errors import RunFolderError
 from mha_textclf.reports import RunMetrics
 from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, show
@@ -367,6 +367,23 @@ def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uni
     run_dir = tmp_path / "run"
     stopped_in_epoch_2(run_dir, data_dir, monkeypatch)
     metrics = train_in_process(run_dir, *COMMON, f"resume={run_dir}", data_dir=data_dir)
+    assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
+
+
+@pytest.mark.slow
+def test_continuing_in_place_keeps_the_tokenizer_the_run_was_trained_with(data_dir, tmp_path, uninterrupted,
+                                                                          monkeypatch):
+    """docs/runs.md: "Continuing in place keeps the tokenizer the run was trained with": the folder's tokenizer/ is
+    read, not learned again nor taken from a cache (the cache may have moved: tokenizer.cache_dir is no training
+    setting), and not written again, so a kill cannot leave it half-written."""
+    run_dir = tmp_path / "run"
+    stopped_in_epoch_2(run_dir, data_dir, monkeypatch)
+    files = sorted(p for p in (run_dir / "tokenizer").rglob("*") if p.is_file())
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+    monkeypatch.setattr(pipeline, "get_tokenizer", lambda *args: pytest.fail("the tokenizer was learned again"))
+    metrics = train_in_process(run_dir, *COMMON, f"tokenizer.cache_dir={tmp_path / 'moved-cache'}", data_dir=data_dir)
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files} == before
+    assert sorted(p for p in (run_dir / "tokenizer").rglob("*") if p.is_file()) == files
     assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
 
 
