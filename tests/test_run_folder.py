@@ -21,7 +21,7 @@ from conftest import REPO, fingerprint, run_split, settings_for, train_in_proces
 from mha_textclf import pipeline, run_folder, training
 from mha_textclf.errors import RunFolderError
 from mha_textclf.reports import RunMetrics
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, show
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, SCHEDULES, show
 from mha_textclf.summary import run_row
 from mha_textclf.tokenizer import load_tokenizer, resolve_vocab_size
 
@@ -137,6 +137,16 @@ def test_a_refusal_gives_both_ways_out_another_folder_for_a_run_or_a_sweep_or_ov
     ways_out = str(refused.value).split("nothing was changed. ", 1)[1]
     assert ways_out == ("Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or "
                         "start afresh in this one with overwrite=true (its results are deleted).")
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_only_a_constant_learning_rate_may_train_longer_than_the_run_it_continues(schedule):
+    """docs/runs.md: "The same" run may differ in "`trainer.epochs` with `trainer.schedule=constant` (to train
+    longer)": linear and cosine decay are laid out over the epochs the run started with (both reach 0 at its last
+    epoch), so more epochs with either are other training settings; a constant rate trains on."""
+    saved = run_folder.flat(dataclasses.asdict(settings_for(*COMMON, f"trainer.schedule={schedule}")))
+    longer = saved | {"trainer.epochs": saved["trainer.epochs"] + 2}
+    assert run_folder.changed_settings(saved, longer) == ([] if schedule == "constant" else ["trainer.epochs"])
 
 
 def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
