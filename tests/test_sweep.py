@@ -276,6 +276,15 @@ def test_slurm_config_composes_over_submitit():
     assert (cfg.hydra.launcher.mem_gb, cfg.hydra.launcher.timeout_min, cfg.hydra.launcher.qos) == (1, 30, "high")
 
 
+def test_submitit_keeps_its_own_files_in_the_sweep_folder_under_submitit_and_the_job_id():
+    """docs/cluster.md: "submitit's own files (each job's batch script, stdout/stderr, pickles) go to
+    `<sweep folder>/.submitit/<job id>/`", beside the job folders and out of their names (the Slurm tests, which need
+    a cluster, look there for a job's output)."""
+    require_plugin("hydra_submitit_launcher")
+    cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_config=True)
+    assert OmegaConf.to_container(cfg.hydra.launcher)["submitit_folder"] == "${hydra.sweep.dir}/.submitit/%j"
+
+
 def test_the_sweep_legend_lists_only_the_values_the_sweep_has(tmp_path):
     for i, model in enumerate(["naive", "efficient"]):
         fake_run(tmp_path / f"{i}_run", model=model)  # pe=False only
