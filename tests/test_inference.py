@@ -237,4 +237,18 @@ def test_every_attention_probe_gets_its_heatmap_and_the_order_probe_its_texts(sm
     probe = json.loads((tmp_path / "order_probe.json").read_text())
     expected = logits_one_by_one(run.model, run.tokenizer, order).softmax(-1).numpy()
     assert probe["texts"] == order and list(probe["probabilities"]) == order
-    assert probe["max_abs_difference"] == pytest.approx(np.abs(expected - expected[0]).max(), abs=1e-6)
+    assert probe["max_abs_difference"] == pytest.approx((expected.max(0) - expected.min(0)).max(), abs=1e-6)
+
+
+def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monkeypatch):
+    """docs/predict.md: order_probe.json holds the class probabilities of probes.order 'and their largest absolute
+    difference': with three texts, between the two furthest apart (here the second and third), not from the first."""
+    from mha_textclf import inference
+
+    probabilities = np.array([[0.5, 0.5], [0.2, 0.8], [0.8, 0.2]], dtype=np.float32)
+    monkeypatch.setattr(inference, "predict_proba", lambda model, tokenizer, texts: probabilities)
+    model = torch.nn.Module()
+    model.config = type("Config", (), {"pe": True})()
+    probe = inference.order_probe(model, None, ["neg", "pos"], ["a b c", "c b a", "b c a"])
+    assert probe["max_abs_difference"] == pytest.approx(0.6)
+    assert probe["probabilities"]["c b a"] == pytest.approx({"neg": 0.2, "pos": 0.8})
