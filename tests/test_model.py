@@ -233,6 +233,32 @@ def test_visible_tokens_keep_order_and_positions():
                                                                                            [False, False]]
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_model_as_built_attends_over_the_longest_visible_count_of_its_batch_not_every_position(variant):
+    """docs/performance.md, Compaction: "before attention the model gathers each text's visible tokens ..., pads them
+    to the longest visible count in the batch, and attends over that (`visible_tokens` in src/mha_textclf/model.py,
+    on the device, inside the model)"; the masked path "stays reachable (the model's `compact` attribute, set to
+    `False` in Python)", so a model as the pipeline builds it compacts. The keys attention is handed, counted against
+    token dropout's draws written out (docs/configuration.md: min(0.75, 1 - keep/n)); in evaluation, padding only."""
+    lengths, T = [60, 20, 45], 64  # [CLS] + n tokens, padded beyond the longest text
+    torch.manual_seed(0)
+    model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=5, d_model=16, n_heads=4, pe=True,
+                                       max_length=T, pad_id=PAD, token_dropout=0.75))  # keep: the schema's 32
+    keys = []
+    model.attention.register_forward_pre_hook(lambda module, args: keys.append(tuple(args[1].shape[:2])))
+    ids, mask = batch(lengths, T=T)
+    torch.manual_seed(3)
+    model.train()(ids, mask)
+    torch.manual_seed(3)
+    n = torch.tensor(lengths, dtype=torch.float32)[:, None] - 1  # tokens but [CLS]
+    hidden = torch.rand(ids.shape) < (1 - 32 / n).clamp(0, 0.75)  # (B, T) vs (B, 1)
+    hidden[:, 0] = False
+    visible = int((~(mask | hidden)).sum(1).max())
+    assert visible < max(lengths) < T
+    model.eval()(ids, mask)
+    assert keys == [(3, visible), (3, max(lengths))]
+
+
 @st.composite
 def classifier_batches(draw):
     """Random head counts, batch sizes, text lengths and masks: trailing padding and tokens hidden anywhere but at
