@@ -1,8 +1,11 @@
 """The typed schema: every mistake a user can type is found, all at once, with the closest valid key; --help lists
 every setting with its default. In-process: the command-line check is called as `python -m train` calls it."""
 
+import re
+
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import MISSING
 
 from conftest import settings_for
 from mha_textclf import cli
@@ -15,6 +18,7 @@ from mha_textclf.settings import (
     known_keys,
     lookup,
     problems,
+    show,
 )
 
 
@@ -224,6 +228,27 @@ def test_help_lists_every_setting_with_its_default():
             assert f" {value:g} " in line, line
     assert "model.attention" in table and "(model=...)" in table
     assert "one of constant | linear | cosine" in " ".join(table.split())  # the choices, whatever the line breaks
+
+
+@pytest.mark.parametrize("app", sorted(cli.SCHEMAS))
+def test_help_shows_every_setting_s_default_as_it_is_typed_lists_and_text_included(app):
+    """README (Running): `python -m train --help   # every setting: its default, meaning and valid values`, and
+    docs/configuration.md: "lists every setting with its default": the default column of each app's page, for every
+    key, is the value a fresh settings object holds, written as the command line takes it (probes.attention's
+    sentence, time_to_accuracy's levels, the schedule's name, null), or the config group that fills a required one."""
+    cls = cli.SCHEMAS[app]
+    lines = help_table(cls).splitlines()
+    fresh = cls()
+    for key in known_keys(cls):
+        value = fresh
+        for part in key.split("."):
+            value = getattr(value, part)
+        shown = show(value) if value != MISSING else f"({key.split('.')[0]}=...)" if "." in key else "(required)"
+        line = next(line for line in lines if line.startswith(f"  {key} "))  # (its wrapped meaning follows)
+        assert re.match(rf"  {re.escape(key)} +{re.escape(shown)}  ", line), (shown, line)
+    if app == "train":
+        assert any(re.match(r"  probes\.attention +\[can you can that\]  ", line) for line in lines)
+        assert any(re.match(r"  time_to_accuracy +\[0\.85,0\.9,0\.95\]  ", line) for line in lines)
 
 
 def test_help_gives_every_setting_its_meaning_and_its_valid_values():
