@@ -55,6 +55,30 @@ def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkey
     assert len(calls) == timed + 1  # the warm-up step, untimed
 
 
+def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(monkeypatch):
+    """docs/performance.md, One attention layer: "forward+backward of one attention layer (B=32, C=64, 8 heads of size
+    8, random padding, no compaction: the raw cost of each variant at length T)": the layer gets every one of the T
+    positions as keys, with a padding mask at the end of each row, of its own random length (a row keeps more than
+    half of the T tokens, up to all of them); not a batch without padding."""
+    from mha_textclf import benchmark
+
+    masks, real_build = [], benchmark.build_attention
+
+    def build(*args, **kwargs):  # the layer under test, each call's keys and mask noted
+        layer = real_build(*args, **kwargs)
+        layer.register_forward_pre_hook(lambda module, args, kwargs: masks.append(
+            (args[1].shape[1], kwargs["key_padding_mask"].clone())), with_kwargs=True)
+        return layer
+
+    monkeypatch.setattr(benchmark, "build_attention", build)
+    benchmark.measure(Case("efficient", "full", T=64, B=32, d_model=8, n_heads=2, repeats=1))
+    (keys, mask), _ = masks  # the warm-up step and one timed step, on the same batch
+    assert keys == 64 and mask.shape == (32, 64)
+    kept = (~mask).sum(1)
+    assert all(row.tolist() == [False] * n + [True] * (64 - n) for row, n in zip(mask, kept.tolist(), strict=True))
+    assert kept.min() > 32 and kept.max() <= 64 and mask.any() and len(set(kept.tolist())) > 8
+
+
 def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
     """docs/performance.md: a case's peak memory is the rise of the process's peak RSS during its steps, not the
     process's whole footprint (here 500 MB in use before the steps, a peak of 530 MB during them)."""
