@@ -4,6 +4,7 @@ and a killed worker's trial failed and run again."""
 
 import csv
 import json
+import math
 import os
 import re
 import shlex
@@ -175,6 +176,24 @@ def test_a_trial_worse_than_the_median_is_pruned_and_one_at_its_last_epoch_is_no
     settings.study, settings.n_trials = "late", 6
     late = run_search(settings, tmp_path / "late", fake_trainer(losses))
     assert {t.state.name for t in late.trials} == {"COMPLETE"}
+
+
+def test_trials_are_tpe_s_draws_seeded_by_their_number_beyond_its_random_start_too(tmp_path):
+    """docs/search.md: "TPE samples, and maximises the validation accuracy of the reported model; trial n draws with
+    the seed `seed + n`". Each trial's value, against Optuna's own TPESampler(seed + n) shown the trials before it:
+    the first 10 are TPE's random start (a RandomSampler of the same seed draws them too), the last two TPE's own."""
+    from mha_textclf.tuning import run_search
+
+    settings = study_settings(tmp_path, n_trials=12, pruning=False, seed=4)
+    learned = fake_trainer(lambda overrides: [abs(math.log10(float(overrides[-1].split("=")[1])) + 2)])
+    study = run_search(settings, tmp_path / "study", learned)
+    trials = sorted(study.trials, key=lambda t: t.number)
+    assert [t.number for t in trials] == list(range(12)) and {t.state.name for t in trials} == {"COMPLETE"}
+    for trial in trials:
+        reference = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=4 + trial.number))
+        reference.add_trials(trials[: trial.number])
+        drawn = reference.ask().suggest_float("trainer.lr", 1e-4, 1e-1, log=True)
+        assert trial.params["trainer.lr"] == drawn, trial.number
 
 
 def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
