@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import commands
+import numpy as np
 import pytest
 import yaml
 
@@ -194,6 +195,37 @@ def test_trials_are_tpe_s_draws_seeded_by_their_number_beyond_its_random_start_t
         reference.add_trials(trials[: trial.number])
         drawn = reference.ask().suggest_float("trainer.lr", 1e-4, 1e-1, log=True)
         assert trial.params["trainer.lr"] == drawn, trial.number
+
+
+def test_the_pruner_stops_a_trial_below_the_median_of_the_completed_trials_and_pruning_false_stops_none(tmp_path):
+    """docs/search.md: "A median pruner gets each epoch's validation loss and stops a trial that is worse than the
+    median of the earlier trials at the same epoch (after `warmup_epochs`, once `startup_trials` have finished)", and
+    `python -m search study=accuracy_unpruned pruning=false   # the same space, without pruning`. Each trial's state
+    against that rule written out (Optuna's median is over the completed trials): the validation loss, the same at
+    every epoch, grows with the distance of the sampled learning rate from 1e-2, so every trial has its own."""
+    from mha_textclf.tuning import run_search
+
+    def losses(overrides):
+        return [abs(math.log10(float(overrides[-1].split("=")[1])) + 2)] * 4
+
+    settings = study_settings(tmp_path, n_trials=12, startup_trials=3, warmup_epochs=1, seed=1)
+    study = run_search(settings, tmp_path / "study", fake_trainer(losses))
+    completed, would_prune = [], []
+    for trial in sorted(study.trials, key=lambda t: t.number):
+        value = -losses([f"trainer.lr={trial.params['trainer.lr']}"])[0]  # what the pruner sees: minus the loss
+        below = len(completed) >= 3 and value < np.median([t.intermediate_values[2] for t in completed])
+        assert trial.state.name == ("PRUNED" if below else "COMPLETE"), (trial.number, value)
+        if below:  # judged at the first epoch after the warm-up, and stopped there
+            assert list(trial.intermediate_values) == [1, 2]
+            would_prune.append(trial.params)
+        else:
+            completed.append(trial)
+    assert 2 <= len(would_prune) <= 7  # (neither rule stops every trial, or none)
+    settings.study, settings.pruning = "unpruned", False
+    unpruned = run_search(settings, tmp_path / "unpruned", fake_trainer(losses))
+    assert [t.params for t in unpruned.trials][:10] == [t.params for t in study.trials][:10]  # TPE's random start...
+    assert {t.state.name for t in unpruned.trials} == {"COMPLETE"}  # ...none stopped
+    assert all(list(t.intermediate_values) == [1, 2, 3, 4] for t in unpruned.trials)
 
 
 def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
