@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import MISSING, OmegaConf
 
-from conftest import CONFIG_DIR, REPO, compose_config, settings_for, train_in_process
+from conftest import CONFIG_DIR, REPO, compose_config, require, settings_for, train_in_process
 from mha_textclf.settings import (
     ADAPTIVE,
     BY_TEXT_LENGTH,
@@ -96,6 +96,37 @@ def test_the_readme_s_install_commands_fit_the_python_and_torch_ranges_pyproject
     assert required.specifier == Requirement(stated.group(1)).specifier
     pins = re.findall(r"pip install torch==(\S+) -e ", readme)
     assert len(pins) == 2 and all(required.specifier.contains(pin) for pin in pins), pins
+
+
+def test_each_extra_the_pages_name_installs_what_its_command_imports():
+    """README (Running): `python -m search   # Optuna search (pip install -e ".[hpo]")`, "The Slurm sweep needs `pip
+    install -e ".[launchers]"`"; docs/comparing.md: `pip install -e ".[launchers]"   # for the two below`
+    (hydra/launcher=joblib and hydra/launcher=slurm); docs/tracking.md: `pip install -e ".[tracking]"   # tensorboard
+    and mlflow`. Each extra in pyproject.toml requires distributions that hold those modules (read from the installed
+    distributions' own file lists; an extra that lost one installs, and the command then fails), and the Quick
+    start's test command installs every extra."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    needs = {"hpo": ["optuna"], "tracking": ["tensorboard", "mlflow"],
+             "launchers": ["hydra_plugins/hydra_submitit_launcher", "hydra_plugins/hydra_joblib_launcher"]}
+    pages = " ".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    assert set(re.findall(r'pip install -e "\.\[(\w+)\]"', pages)) == set(needs)
+    section = (REPO / "pyproject.toml").read_text().split("[project.optional-dependencies]\n")[1].split("\n[")[0]
+    extras = {name: [Requirement(r).name for r in re.findall(r'"([^"]+)"', body)]
+              for name, body in re.findall(r"^(\w+) = \[(.*)\]$", section, re.MULTILINE)}
+    (quick_start,) = re.findall(r'pip install torch==\S+ -e "\.\[([\w,]+)\]"', pages)
+    assert set(quick_start.split(",")) == set(extras) == {"dev", *needs}
+    for extra, modules in needs.items():
+        held = set()
+        for name in extras[extra]:
+            try:
+                held |= {str(f).removesuffix(".py") for f in importlib.metadata.files(name) or []}
+            except importlib.metadata.PackageNotFoundError:
+                require(False, f'{name} is not installed: pip install -e ".[{extra}]"')
+        for module in modules:
+            assert any(f == module or f.startswith(f"{module}/") for f in held), (extra, module, extras[extra])
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
