@@ -81,8 +81,8 @@ class ModelSettings:
                                                 f"probability (word dropout); {_by_length('model.token_dropout')} (see "
                                                 "trainer.epochs)", ge=0, lt=1)
     token_dropout_keep: int = setting(32, "token dropout never leaves a text fewer than this many tokens: a text of n "
-                                          "tokens is hidden with min(token_dropout, 1 - keep/n), so short texts "
-                                          "(snippets, tweets) lose few or none", ge=0)
+                                          "tokens besides [CLS] is hidden with min(token_dropout, 1 - keep/n), so "
+                                          "short texts (snippets, tweets) lose few or none", ge=0)
     mlp_dropout: float = setting(0.0, "dropout on the [CLS] vector entering the classifier", ge=0, lt=1)
     cls_only: bool = setting(False, "attend with the [CLS] query alone: O(T) instead of O(T²), the same logits and "
                                     "gradients while model.dropout is 0")
