@@ -199,9 +199,9 @@ def test_trials_are_tpe_s_draws_seeded_by_their_number_beyond_its_random_start_t
 
 def test_the_pruner_stops_a_trial_below_the_median_of_the_completed_trials_and_pruning_false_stops_none(tmp_path):
     """docs/search.md: "A median pruner gets each epoch's validation loss and stops a trial that is worse than the
-    median of the earlier trials at the same epoch (after `warmup_epochs`, once `startup_trials` have finished)", and
-    `python -m search study=accuracy_unpruned pruning=false   # the same space, without pruning`. Each trial's state
-    against that rule written out (Optuna's median is over the completed trials): the validation loss, the same at
+    median of the earlier completed trials at the same epoch (pruned ones left out; after `warmup_epochs`, once
+    `startup_trials` have completed)", and `python -m search study=accuracy_unpruned pruning=false   # the same space,
+    without pruning`. Each trial's state against that rule written out: the validation loss, the same at
     every epoch, grows with the distance of the sampled learning rate from 1e-2, so every trial has its own."""
     from mha_textclf.tuning import run_search
 
