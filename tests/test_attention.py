@@ -261,3 +261,31 @@ def test_the_variants_and_the_reference_agree_on_random_shapes_and_masks(case, b
         grads = attention.projection_grads()
         for name, p in P.items():
             torch.testing.assert_close(grads[name], p.grad, atol=TOL, rtol=TOL, msg=f"{variant}: gradient of {name}")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_projections_start_as_nn_multihead_attention_draws_them(variant):
+    """src/mha_textclf/attention.py: `init_projections` draws "W_q, W_k, W_v, W_o (and zero biases) with the
+    distributions nn.MultiheadAttention uses", one initialisation for the three variants (README: "The three share one
+    contract and one initialisation"). Against torch's own module, drawn under another seed: Xavier-uniform over the
+    packed [W_q; W_k; W_v] (bound √(6/(3C + C)), not each C × C block's √(6/(2C))), nn.Linear's kaiming-uniform for
+    W_o (bound 1/√C), biases zero; each matrix compared entry by entry in distribution (two-sample KS) and by its
+    largest entry against the bound."""
+    from scipy.stats import ks_2samp
+
+    C, n_heads = 64, 8
+    ours = build(variant, n_heads, C, bias=True, seed=0).projections()
+    torch.manual_seed(1)
+    theirs = torch.nn.MultiheadAttention(C, n_heads, bias=True, batch_first=True)
+    expected = dict(zip(("W_q", "W_k", "W_v"), theirs.in_proj_weight.detach().chunk(3), strict=True))
+    expected["W_o"] = theirs.out_proj.weight.detach()
+    bounds = {"W_q": math.sqrt(6 / (4 * C)), "W_k": math.sqrt(6 / (4 * C)), "W_v": math.sqrt(6 / (4 * C)),
+              "W_o": 1 / math.sqrt(C)}
+    for name, reference in expected.items():
+        drawn = ours[name].detach()
+        assert ks_2samp(drawn.flatten().numpy(), reference.flatten().numpy()).pvalue > 1e-3, name
+        assert 0.97 * bounds[name] < drawn.abs().max() <= bounds[name], name
+        assert 0.97 * bounds[name] < reference.abs().max() <= bounds[name], name  # (the bound is torch's)
+    for name in ("b_q", "b_k", "b_v", "b_o"):
+        assert not ours[name].any(), name
+    assert not theirs.in_proj_bias.any() and not theirs.out_proj.bias.any()
