@@ -178,6 +178,21 @@ def test_summary_csv_is_the_runs_table_with_a_column_for_every_setting_that_diff
     assert written["run_dir"].tolist() == ["0_run", "1_run", "2_run"]
 
 
+def test_summary_csv_holds_the_runs_table_s_columns_and_nothing_else(tmp_path):
+    """docs/comparing.md: "`summary.csv`: the per-run table": one column per column of the runs table (pandas' row
+    index is no column of it), and one row per run, each value the table's; read back, it is the runs table."""
+    for i, dropout in enumerate([0.1, 0.3]):
+        fake_run(tmp_path / f"{i}_run", seed=i, model__dropout=dropout)
+    write_summary(tmp_path)
+    expected = runs_table(tmp_path)
+    with (tmp_path / "summary.csv").open() as f:
+        header = f.readline().rstrip("\n").split(",")
+    assert header == list(expected.columns) and header[0] == "dataset"
+    written = pd.read_csv(tmp_path / "summary.csv")
+    assert written["run_dir"].tolist() == ["0_run", "1_run"] and written["seed"].tolist() == [0, 1]
+    assert (tmp_path / "summary.csv").read_text() == expected.to_csv(index=False)
+
+
 def test_seeds_whose_vocabulary_size_adapted_to_their_split_are_one_group(tmp_path):
     """tokenizer.vocab_size=null decides a size per training split, so seeds of one command may differ: they are one
     group; sizes that were asked for are not."""
