@@ -203,6 +203,39 @@ def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
         predict_proba(run.model, run.tokenizer, ["fine", "  ", "good", ""])
 
 
+def test_predict_names_the_file_of_each_problem_with_a_run_folder(runs, tmp_path):
+    """docs/runs.md, When things go wrong: "predict: empty text, missing or foreign `model.pt`, tokenizer missing or
+    from another run | names the file and the problem": each refusal holds the path of the file at fault (the tests
+    above match the problem alone)."""
+    def refusal(run_dir) -> str:
+        with pytest.raises(UserError) as refused:
+            predict(settings_for(f"run_dir={run_dir}", "text=hello", app="predict"))
+        return str(refused.value)
+
+    missing = tmp_path / "missing"
+    (missing / "tokenizer").mkdir(parents=True)
+    message = refusal(missing)
+    assert str(missing / "model.pt") in message and "No checkpoint" in message
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    torch.save({"format": "someone-else/1", "weights": torch.zeros(2)}, foreign / "model.pt")
+    message = refusal(foreign)
+    assert str(foreign / "model.pt") in message and "is not an mha-textclf checkpoint" in message
+    no_tokenizer = tmp_path / "no-tokenizer"
+    no_tokenizer.mkdir()
+    shutil.copy(runs[False] / "model.pt", no_tokenizer / "model.pt")
+    message = refusal(no_tokenizer)
+    assert str(no_tokenizer / "tokenizer") in message and "No tokenizer" in message
+    other = tmp_path / "other-tokenizer"
+    other.mkdir()
+    shutil.copy(runs[False] / "model.pt", other / "model.pt")
+    train_tokenizer(["the striker scored twice", "the minister said"], vocab_size=60).save_pretrained(
+        other / "tokenizer")
+    message = refusal(other)
+    assert str(other / "tokenizer") in message and str(other / "model.pt") in message
+    assert "the two files come from different runs" in message
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_model_trained_on_gpu_predicts_on_cpu(data_dir, tmp_path):
