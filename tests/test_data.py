@@ -230,6 +230,21 @@ def test_a_missing_label_column_names_the_columns_the_data_has_and_the_override_
     assert load(tmp_path, label_column="category", test_fraction=0.5, val_fraction=0.5).class_names == ["a", "b"]
 
 
+def test_an_empty_file_is_refused_by_its_name(tmp_path):
+    """docs/runs.md, When things go wrong: "an empty file, or a split that holds no rows | refused before training: an
+    empty file by name": the message starts with that file's path, not its folder's (test_bad_data_is_a_clear_error
+    reads "is empty" alone)."""
+    folder = write_jsonl(tmp_path / "news", {"train": rows(8), "test": []})
+    with pytest.raises(UserError) as refused:
+        load(folder)
+    assert str(refused.value).startswith(f"{folder / 'test.jsonl'} is empty; ")
+    (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(4)))
+    (folder / "train.jsonl").write_text("")
+    with pytest.raises(UserError) as refused:
+        load(folder)
+    assert str(refused.value).startswith(f"{folder / 'train.jsonl'} is empty; ")
+
+
 def test_an_empty_split_of_a_loaded_dataset_is_named(monkeypatch):
     """docs/runs.md: an empty split stops the run, naming the split (here a hub dataset's validation split; a local
     file without rows fails earlier, in datasets' own reader)."""
