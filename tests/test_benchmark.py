@@ -5,10 +5,11 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import commands
+import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, load_script, settings_for
+from conftest import REPO, load_script, require, settings_for
 from mha_textclf.attention import build_attention
 from mha_textclf.benchmark import Case, attention_flops, naive_memory_gb, ratios
 from mha_textclf.settings import BY_TEXT_LENGTH
@@ -77,6 +78,35 @@ def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(
     kept = (~mask).sum(1)
     assert all(row.tolist() == [False] * n + [True] * (64 - n) for row, n in zip(mask, kept.tolist(), strict=True))
     assert kept.min() > 32 and kept.max() <= 64 and mask.any() and len(set(kept.tolist())) > 8
+
+
+def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
+    """docs/own-data.md (Scale): metrics.json's `stages` give "the process's peak memory during the stage, in MiB",
+    as the summaries' MB columns and docs/performance.md read them: the kernel's VmRSS and VmHWM (kB) over 1024, read
+    here from /proc/self/status around each call (not over 1000: 2.4% more, and every number in MB off by it)."""
+    from pathlib import Path
+
+    import torch
+
+    from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
+
+    status = Path("/proc/self/status")
+    require(status.is_file(), "the process's memory in kB needs Linux's /proc/self/status")
+
+    def kb(field: str) -> int:
+        return next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith(f"{field}:"))
+
+    cpu = torch.device("cpu")
+    before = kb("VmRSS")
+    now = reset_peak_memory(cpu)
+    assert min(before, kb("VmRSS")) / 1024 - 1 <= now <= max(before, kb("VmRSS")) / 1024 + 1
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB more, every page written: resident
+    low = kb("VmHWM")
+    peak = peak_memory_mb(cpu)
+    high = kb("VmHWM")
+    del block
+    assert low / 1024 <= peak <= high / 1024
+    assert peak - now > 50  # the peak since the reset holds the block (at hundreds of MiB, 2.4% is many MiB)
 
 
 def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
