@@ -1,6 +1,8 @@
 """The TF-IDF baseline: the training runs' splits and tokenizer, the same data settings on the same command line,
 and a run folder that the summaries table next to the attention runs."""
 
+import json
+from pathlib import Path
 
 import commands
 import numpy as np
@@ -37,6 +39,53 @@ def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_rea
     # character) n-grams to a linear SVM, which gives none.
     assert all(loss > 0 for loss in losses["wordpiece"])
     assert losses["words"] == losses["chars"] == (None, None)
+
+
+def test_the_baseline_s_reports_and_confusion_matrices_are_scikit_learns_on_the_split_they_name(tmp_path, monkeypatch):
+    """docs/comparing.md: the reference "writes config.yaml, metrics.json, classification reports and confusion
+    matrices into its own folder", the run folder's files (docs/runs.md: a confusion matrix "titled with the model and
+    the dataset", true classes down) and metrics.json's schema (`train_samples`: the training split's texts). Each
+    text names its class's colour, which word features find; in the test split three texts carry another class's
+    label, so that the confusions go one way and a report of predictions against labels would show."""
+    from matplotlib.figure import Figure
+    from sklearn.metrics import classification_report, confusion_matrix
+
+    drawn, real_savefig = {}, Figure.savefig
+
+    def savefig(figure, fname, *args, **kwargs):
+        drawn[Path(fname).name] = figure
+        return real_savefig(figure, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    colours = ("red", "blue", "green")
+    train = [{"text": f"{colour} note{i % 5}", "label": colour} for colour in colours for i in range(12)]
+    test = [{"text": f"{colour} note{i}", "label": colour} for colour in colours for i in range(4)]
+    test += [{"text": "red note7", "label": "blue"}, {"text": "red note8", "label": "blue"},
+             {"text": "green note9", "label": "red"}]
+    data = write_jsonl(tmp_path / "colours", {"train": train, "test": test})
+    settings = settings_for(f"data.path={data}", "features=words", app="baseline")
+    metrics = run_baseline(settings, tmp_path / "run")
+    corpus = load_corpus(settings.data, settings.seed)
+    assert metrics.train_samples == len(corpus.train) == 27 and metrics.class_names == ["blue", "green", "red"]
+    ids = list(range(3))
+    kwargs = {"labels": ids, "target_names": metrics.class_names, "zero_division": 0, "digits": 4}
+    for split in ("val", "test"):
+        data_split = getattr(corpus, split)
+        # What the classifier says of each text: its colour's class.
+        predictions = [metrics.class_names.index(text.split()[0]) for text in data_split.texts]
+        labels = data_split.labels
+        assert getattr(metrics, split).accuracy == pytest.approx(np.mean(np.array(predictions) == np.array(labels)))
+        assert json.loads((tmp_path / "run" / f"classification_report_{split}.json").read_text()) == \
+            classification_report(labels, predictions, output_dict=True, **kwargs)
+        assert (tmp_path / "run" / f"classification_report_{split}.txt").read_text() == classification_report(
+            labels, predictions, **kwargs)
+        ax = drawn[f"confusion_matrix_{split}.png"].axes[0]
+        matrix = confusion_matrix(labels, predictions, labels=ids, normalize="true")
+        np.testing.assert_allclose(ax.images[0].get_array(), matrix)
+        assert (ax.get_ylabel(), ax.get_xlabel()) == ("True label", "Predicted label")
+        assert ax.get_title().startswith(f"tfidf-words on {corpus.name}: {split} ({len(labels)} texts)\n")
+    assert not np.allclose(matrix, confusion_matrix(predictions, labels, labels=ids, normalize="true"))  # (so that
+    # a swap of the two would show, in the test split)
 
 
 def test_a_null_vocabulary_size_is_decided_as_training_decides_it_and_recorded(tmp_path):
