@@ -5,6 +5,7 @@ stopping, a diverging loss, a signal during the final evaluation) leave honest f
 import csv
 import dataclasses
 import json
+import logging
 import os
 import re
 import signal
@@ -293,6 +294,35 @@ def test_unk_rate_counts_each_splits_unknown_tokens_as_the_model_sees_them_and_a
         return [t for t in tokenizer.get_vocab() if len(t.removeprefix("##")) > 1 and t not in SPECIAL_TOKENS]
 
     assert len(merges(every_character)) == len(merges(tokenizer)) > 0  # and as many merges as the run's vocabulary
+
+
+def test_the_unk_rate_of_every_split_is_logged_as_metrics_json_records_it(caplog):
+    """docs/configuration.md: "Every run then records the share of `[UNK]` among each split's tokens (`unk_rate` in
+    `metrics.json`, counted on the tokens the model sees: truncated, without `[CLS]`, `[SEP]` and padding) and logs
+    it": one line naming each split with its share, as a percentage, below the 1% at which it also warns. The
+    reference counts the saved tokens itself."""
+    from types import SimpleNamespace
+
+    from mha_textclf.data import Corpus, Split
+    from mha_textclf.tokenizer import encode
+
+    tokenizer = train_tokenizer(["abc abd abe", "abd abc"], vocab_size=40)  # every character of these texts fits
+    texts = {"train": ["abc abd abe"] * 300 + ["abc xbd"], "val": ["abd abc"] * 199 + ["abc xbd"],
+             "test": ["abc abd abe"] * 400}  # one word with an unseen x among 601, 400 and 1200 words
+    loaders = {split: SimpleNamespace(dataset=SimpleNamespace(input_ids=encode(tokenizer, split_texts, 128)))
+               for split, split_texts in texts.items()}
+    corpus = Corpus(*(Split(split_texts, [0] * len(split_texts)) for split_texts in texts.values()), ["a"])
+    with caplog.at_level(logging.INFO, logger="train"):
+        rates = train_module.unknown_tokens(tokenizer, loaders, corpus)
+    expected = {}
+    for split, split_texts in texts.items():
+        tokens = [token for text in split_texts for token in tokenizer.tokenize(text)]
+        expected[split] = tokens.count("[UNK]") / len(tokens)
+    assert rates == pytest.approx(expected, rel=1e-12) and 0 < expected["val"] < 0.01 and expected["test"] == 0
+    (line,) = [r.getMessage() for r in caplog.records if "[UNK]" in r.getMessage()]  # and no warning
+    logged = dict(re.findall(r"(train|val|test) ([\d.]+)%", line))
+    assert set(logged) == set(texts)
+    assert {split: float(share) / 100 for split, share in logged.items()} == pytest.approx(expected, abs=5e-6)
 
 
 @pytest.mark.parametrize(("launcher", "expected"), [
