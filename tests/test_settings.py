@@ -288,3 +288,62 @@ def test_data_rules_hold_for_every_app_that_reads_data():
         settings_for("data.text_column=5", app="baseline")
     with pytest.raises(UserError, match=r"data\.text_column=\[\]: must be a column name"):
         settings_for("data.text_column=[]")
+
+
+# Every bounded setting's valid values, written out as --help states them (`range (0,1)`, `range >0`, ...): the values
+# at an open end, and just past a closed one, are mistakes; a closed end itself is a value.
+RANGES = {
+    "model.d_model": ">0", "model.n_heads": ">0", "model.mlp_hidden": ">0", "model.dropout": "[0,1)",
+    "model.embedding_dropout": "[0,1)", "model.token_dropout": "[0,1)", "model.token_dropout_keep": "≥0",
+    "model.mlp_dropout": "[0,1)", "data.val_fraction": "(0,1)", "data.test_fraction": "(0,1)",
+    "data.max_length": ">2", "data.max_train_samples": ">0", "data.max_eval_samples": ">0",
+    "tokenizer.vocab_size": ">0", "tokenizer.min_frequency": ">0", "trainer.epochs": ">0", "trainer.batch_size": ">0",
+    "trainer.lr": ">0", "trainer.weight_decay": "≥0", "trainer.warmup_epochs": "≥0", "trainer.grad_clip": ">0",
+    "trainer.label_smoothing": "[0,1)", "trainer.patience": ">0", "trainer.num_threads": ">0",
+    "seed": "[0,4294967296)",
+}
+
+
+def _ends(interval: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(refused values with the words of their refusal, accepted values) at the ends of an interval as --help
+    writes it."""
+    low, high = re.fullmatch(r"[>≥\[(]?([^,]+?)(?:,([^)\]]+))?[)\]]?", interval.lstrip(">≥")).groups()
+    refused, accepted = [], []
+    if interval.startswith((">", "(")):
+        refused.append((low, f"must be > {low}"))
+    else:  # ≥ or [: the end is a value, just past it is not
+        accepted.append(low)
+        refused.append((f"{float(low) - 1:g}", f"must be ≥ {low}"))
+    if high is not None:
+        if interval.endswith(")"):
+            refused.append((high, f"must be < {high}"))
+        else:
+            accepted.append(high)
+    return refused, accepted
+
+
+@pytest.mark.parametrize("key", sorted(RANGES))
+def test_every_bounded_setting_refuses_the_values_at_and_past_the_ends_help_states_and_takes_a_closed_end(key):
+    """docs/configuration.md: "Every setting is checked before anything runs: types, ranges, choices ..., all listed
+    in one message with exit code 2", and `python -m train --help` gives each setting's range. A share of the
+    training texts is in (0,1) (data.val_fraction=0 would otherwise reach the data stage after the run folder is
+    made, a refusal there), a dropout or a label smoothing in [0,1) (1 would leave no signal to learn), a seed below
+    2^32 (numpy's seeds): each range, written out above from --help, against what the check refuses and lets
+    through."""
+    lines = help_table(TrainSettings).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {key} "))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][2:3] != " "), len(lines))
+    assert " ".join(" ".join(lines[start:end]).split()).endswith(f"range {RANGES[key]}"), lines[start:end]
+    refused, accepted = _ends(RANGES[key])
+    for value, words in refused:
+        assert command_line_problems(f"{key}={value}") == [f"{key}={value}: {words}."], value
+    for value in accepted:
+        assert command_line_problems(f"{key}={value}") == [], value
+
+
+def test_every_bounded_setting_of_the_schema_is_in_the_table_of_ranges():
+    fields = {key: found[1] for key in known_keys(TrainSettings) if isinstance(found := lookup(TrainSettings, key),
+                                                                                 tuple)}
+    bounded = {key for key, f in fields.items() if any(f.metadata.get(b) is not None for b in ("gt", "ge", "lt", "le"))}
+    assert bounded == set(RANGES)
+
