@@ -347,3 +347,11 @@ def test_every_bounded_setting_of_the_schema_is_in_the_table_of_ranges():
     bounded = {key for key, f in fields.items() if any(f.metadata.get(b) is not None for b in ("gt", "ge", "lt", "le"))}
     assert bounded == set(RANGES)
 
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+@pytest.mark.parametrize("key", ["trainer.lr", "trainer.warmup_epochs", "trainer.grad_clip", "trainer.weight_decay"])
+def test_a_number_that_is_not_finite_is_a_mistake_even_where_its_bound_would_hold(key, value):
+    """docs/configuration.md: "Every setting is checked before anything runs": trainer.lr=inf is above 0, yet no
+    learning rate; inf and nan are refused as numbers before any bound is compared (inf would pass "> 0" and the run
+    would diverge in its first epoch, or fail to build its schedule from an infinite warm-up)."""
+    assert command_line_problems(f"{key}={value}") == [f"{key}={value}: must be a finite number."]
