@@ -294,6 +294,19 @@ def test_experiment_best_is_a_delta_over_the_defaults():
     assert naive.model.attention == "naive" and naive.model.cls_only and naive.pe
 
 
+@pytest.mark.parametrize("data", [["data=own", "data.path=/somewhere"], ["data=newsgroups"], []])
+def test_experiment_best_is_the_settings_results_md_states_on_any_data_config(data):
+    """docs/results.md: "**`experiment=best`** (`pe=false`, 1024 tokens, 24 epochs, `cls_only`)", read from the page:
+    what the experiment composes to on bbc-news, and on a data config that leaves pe to adapt (data=own, or a corpus
+    of long texts, where a pe left null would become true), which only the experiment's own pe=false keeps off."""
+    text = " ".join((REPO / "docs" / "results.md").read_text().split())
+    found = re.search(r"\*\*`experiment=best`\*\* \(`pe=(\w+)`, (\d+) tokens, (\d+) epochs, `cls_only`\)", text)
+    assert found, "docs/results.md no longer states experiment=best in the words this test reads"
+    pe, max_length, epochs = found.groups()
+    best = settings_for("experiment=best", *data)
+    assert (show(best.pe), best.data.max_length, best.trainer.epochs, best.model.cls_only) == (
+        pe, int(max_length), int(epochs), True)
+
 def test_experiment_search_sweeps_over_the_defaults():
     cfg = compose_config(["experiment=search"], hydra_config=True)
     params = {key: values.split(",") for key, values in cfg.hydra.sweeper.params.items()}
