@@ -256,6 +256,18 @@ def test_a_sweep_job_folder_is_named_by_its_number_and_overrides_without_equals_
     assert cfg.hydra.job.override_dirname == "model-torch_pe-True_seed-0_trainer.lr-0.001"
 
 
+def test_a_sweep_job_folder_leaves_out_every_setting_whose_value_is_a_path_a_uri_or_a_list(tmp_path):
+    """README (What a run leaves behind): a job's folder is "<job number>_<overrides>/ (the overrides as typed ...: no
+    `=` or `,`, so a folder can be passed back unquoted as `run_dir=` or `resume=`)". Every setting whose value is a
+    path or a URI (a `/` nests the folder, a `:` and `//` too), or a list (`,`), is left out of the name, whatever
+    the value: the cache folder, MLflow's store, the probes' sentences, the accuracy levels."""
+    typed = {"data.path": str(tmp_path), "tokenizer.base": "../tok", "tokenizer.cache_dir": str(tmp_path / "cache"),
+             "resume": str(tmp_path), "logger.mlflow.tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+             "probes.attention": "[a b,c d]", "probes.order": "[a b,b a]", "time_to_accuracy": "[0.9,0.95]"}
+    cfg = compose_config(["logger=mlflow", "seed=1", *(f"{key}={value}" for key, value in typed.items())],
+                         hydra_config=True)
+    assert cfg.hydra.job.override_dirname == "logger-mlflow_seed-1"
+
 def test_a_baseline_lands_in_its_own_folder_under_outputs_baselines(as_hydra_job):
     """docs/comparing.md: the TF-IDF reference writes into its own folder under outputs/baselines/, named by its
     features and seed, so that scripts/summarize.py outputs tables it beside the training runs."""
