@@ -223,6 +223,19 @@ def test_data_path_comes_from_the_environment(monkeypatch):
     assert settings_for().data.path == "SetFit/bbc-news"
 
 
+def test_reuters_r8_reads_r8_path_before_corpora_dir_as_its_config_says(monkeypatch):
+    """configs/data/reuters_r8.yaml: "python -m train data=reuters_r8      # or R8_PATH=/elsewhere/r8 (or
+    CORPORA_DIR=/elsewhere) python -m train ...": R8_PATH names the folder itself and wins; without it,
+    <CORPORA_DIR>/r8."""
+    config = (CONFIG_DIR / "data" / "reuters_r8.yaml").read_text()
+    assert "# or R8_PATH=/elsewhere/r8 (or CORPORA_DIR=/elsewhere)" in config
+    monkeypatch.setenv("R8_PATH", "/elsewhere/r8")
+    monkeypatch.setenv("CORPORA_DIR", "/corpora")
+    assert settings_for("data=reuters_r8").data.path == "/elsewhere/r8"
+    monkeypatch.delenv("R8_PATH")
+    assert settings_for("data=reuters_r8").data.path == "/corpora/r8"
+
+
 @pytest.fixture
 def as_hydra_job():
     """Make a composed config Hydra's current one (its folder names read hydra.job), and put the old one back."""
