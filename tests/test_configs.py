@@ -236,6 +236,18 @@ def test_reuters_r8_reads_r8_path_before_corpora_dir_as_its_config_says(monkeypa
     assert settings_for("data=reuters_r8").data.path == "/corpora/r8"
 
 
+def test_no_logger_is_on_by_default_and_each_logger_choice_turns_on_its_own():
+    """docs/tracking.md: the logger group holds "`configs/logger/tensorboard.yaml`, `mlflow.yaml`, and `many.yaml`,
+    which lists the other two; none by default": a plain run writes no event files and records into no MLflow store;
+    logger=<name> turns that one on, logger=many both."""
+    assert "`many.yaml`, which lists the other two; none by default" in " ".join(
+        (REPO / "docs" / "tracking.md").read_text().split())
+    expected = {(): (False, False), ("logger=tensorboard",): (True, False), ("logger=mlflow",): (False, True),
+                ("logger=many",): (True, True)}
+    for choice, on in expected.items():
+        logger = settings_for(*choice).logger
+        assert (logger.tensorboard.enabled, logger.mlflow.enabled) == on, choice
+
 @pytest.fixture
 def as_hydra_job():
     """Make a composed config Hydra's current one (its folder names read hydra.job), and put the old one back."""
