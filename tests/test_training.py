@@ -448,3 +448,37 @@ def test_every_epoch_trains_in_training_mode_and_every_validation_evaluates_in_e
     steps, validation = 4, 2  # batches per epoch: 32 texts in 8s to train, in 16s to validate
     assert calls == [(True, True)] * steps + [(False, False)] * validation + (
         [(True, True)] * steps + [(False, False)] * validation) * 2
+
+
+def test_a_run_stopped_by_a_signal_as_its_patience_ran_out_continues_to_the_uninterrupted_early_stop(tmp_path):
+    """docs/runs.md, "The same command again": an unfinished run "continues after the last finished epoch (last.pt),
+    in place; ... the history and metrics equal an uninterrupted run's", and last.pt holds the "early-stopping state".
+    At lr 0 patience 2 ends a 6-epoch run after epoch 3; a Ctrl-C during that epoch's validation leaves last.pt at
+    epoch 3 with patience spent, and the run continued from it stops there too, early, training nothing more."""
+    ids, labels = toy_problem()
+
+    def loaders():
+        return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)
+
+    trainer = plain_trainer(epochs=6, lr=0.0, patience=2)
+    uninterrupted = fit(model(), *loaders(), trainer, CPU)
+    assert (len(uninterrupted.history), uninterrupted.best_epoch, uninterrupted.stopped_early) == (3, 1, True)
+
+    def interrupt_at_epoch_3(row):
+        if row["epoch"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    stopped = fit(model(), *loaders(), trainer, CPU, state_path=tmp_path / "last.pt",
+                  on_epoch_end=interrupt_at_epoch_3)
+    assert stopped.interrupted == "SIGINT" and not stopped.stopped_early and len(stopped.history) == 3
+    state = load_training_state(tmp_path / "last.pt")
+    assert state["epoch"] == 3 and state["best"]["epoch"] == 1
+
+    trained = []
+    continued = fit(model(), *loaders(), trainer, CPU, resume_state=state, state_path=tmp_path / "last.pt",
+                    on_epoch_end=trained.append)
+    assert trained == []  # patience had run out: no epoch 4
+    assert [r["epoch"] for r in continued.history] == [r["epoch"] for r in uninterrupted.history] == [1, 2, 3]
+    assert [r["val_loss"] for r in continued.history] == [r["val_loss"] for r in uninterrupted.history]
+    assert (continued.best_epoch, continued.reported_epoch, continued.stopped_early, continued.interrupted) == (
+        uninterrupted.best_epoch, uninterrupted.reported_epoch, True, None)
