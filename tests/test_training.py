@@ -482,3 +482,22 @@ def test_a_run_stopped_by_a_signal_as_its_patience_ran_out_continues_to_the_unin
     assert [r["val_loss"] for r in continued.history] == [r["val_loss"] for r in uninterrupted.history]
     assert (continued.best_epoch, continued.reported_epoch, continued.stopped_early, continued.interrupted) == (
         uninterrupted.best_epoch, uninterrupted.reported_epoch, True, None)
+
+
+def test_a_continued_run_counts_its_training_seconds_from_the_first_epoch_of_the_run_not_of_the_attempt(tmp_path):
+    """docs/runs.md: history.csv holds elapsed_train_seconds, and time_to_accuracy is "the training seconds until
+    validation accuracy first reached it"; a continued run's history "equal[s] an uninterrupted run's". After a
+    resume the seconds so far go on from the epochs last.pt holds: every row's elapsed_train_seconds is the sum of
+    the train_seconds of its epoch and all before it, those of the first attempt included."""
+    ids, labels = toy_problem()
+
+    def loaders():
+        return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)
+
+    fit(model(), *loaders(), plain_trainer(epochs=2, lr=1e-2), CPU, state_path=tmp_path / "last.pt")
+    state = load_training_state(tmp_path / "last.pt")
+    result = fit(model(), *loaders(), plain_trainer(epochs=4, lr=1e-2), CPU, resume_state=state)
+    assert [r["epoch"] for r in result.history] == [1, 2, 3, 4]
+    assert result.history[:2] == state["history"]
+    assert [r["elapsed_train_seconds"] for r in result.history] == pytest.approx(
+        list(itertools.accumulate(r["train_seconds"] for r in result.history)), rel=1e-9)
