@@ -546,3 +546,30 @@ def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_comma
     assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
     with pytest.raises(RunFolderError, match=r"tokenizer\.vocab_size"):
         train_in_process(run_dir, *command, f"tokenizer.vocab_size={decided + 100}", data_dir=data_dir)
+
+
+def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failure(tmp_path):
+    """docs/runs.md: the run folder holds "error.txt  only when the run stopped on an error: what went wrong"; the
+    same command continues an unfinished run, "failed" among them, "after the last finished epoch (last.pt), in
+    place". Once it continues, the folder is a running run's again: the earlier failure's error.txt goes (the
+    folder's other files, its tokenizer among them, stay), and status.json says running, the second attempt."""
+    from mha_textclf.checkpoint import TRAINING_STATE_FORMAT
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    settings = settings_for(*COMMON)
+    run_folder.write_config(run_dir, settings)
+    row = {"epoch": 1, "train_loss": 1.5, "val_loss": 1.4, "val_accuracy": 0.5, "lr": 0.003, "train_seconds": 1.0,
+           "eval_seconds": 0.5, "elapsed_train_seconds": 1.0, "train_tokens": 100}
+    torch.save({"format": TRAINING_STATE_FORMAT, "epoch": 1, "history": [row]}, run_dir / "last.pt")
+    (run_dir / "tokenizer").mkdir()
+    (run_dir / "tokenizer" / "tokenizer.json").write_text("{}")
+    run_folder.mark(run_dir, run_folder.FAILED, attempt=1, message="RuntimeError: CUDA out of memory")
+    (run_dir / "error.txt").write_text("RuntimeError: CUDA out of memory\n")
+    with run_folder.claim(run_dir, settings, []) as start:
+        assert start.in_place and start.state["epoch"] == 1 and start.attempt == 2
+        assert not (run_dir / "error.txt").exists()
+        assert (run_dir / "tokenizer" / "tokenizer.json").read_text() == "{}"
+        status = run_folder.read_status(run_dir)
+        assert (status["state"], status["attempt"], status["message"]) == (run_folder.RUNNING, 2, None)
+        assert [int(r["epoch"]) for r in csv.DictReader((run_dir / "history.csv").read_text().splitlines())] == [1]
