@@ -105,6 +105,26 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
     assert tok.cache_key(texts, 500, None) != tok.cache_key(texts[1:], 500, None)
 
 
+def test_the_cache_key_follows_every_training_text_to_the_last_and_how_they_split(train_texts, tmp_path, monkeypatch):
+    """docs/configuration.md: the tokenizer "is cached ..., keyed by the texts, the settings, ...": a corpus that
+    differs from another only in its last text, or in a text added at its end (own data that grew, a larger
+    data.max_train_samples), gets a tokenizer learned on its own texts, not the other's from the cache; so do the
+    same characters split into other texts, and a text repeated (the counts the vocabulary is learned from)."""
+    texts = train_texts[:300]
+    grown = [*texts, train_texts[300]]
+    last_changed = [*texts[:-1], texts[-1] + " and one word more"]
+    keys = {tok.cache_key(t, 500, None) for t in (texts, grown, last_changed, [*texts, texts[-1]])}
+    assert len(keys) == 4
+    assert tok.cache_key(["ab", "c"], 500, None) != tok.cache_key(["a", "bc"], 500, None)
+    learned = []
+    real = tok.train_tokenizer
+    monkeypatch.setattr(tok, "train_tokenizer", lambda t, *args: learned.append(len(t)) or real(t, *args))
+    settings = TokenizerSettings(vocab_size=500, cache_dir=str(tmp_path))
+    tok.get_tokenizer(texts, settings, max_length=64)
+    assert tok.get_tokenizer(grown, settings, max_length=64).get_vocab() == real(grown, 500).get_vocab()
+    assert learned == [300, 301] and len(list(tmp_path.iterdir())) == 2
+
+
 @pytest.mark.parametrize("library", ["tokenizers", "transformers"])
 def test_the_cache_key_follows_the_versions_of_the_libraries_that_train_the_tokenizer(library, monkeypatch):
     """docs/configuration.md: the cache is keyed by the tokenizers and transformers versions too, so an upgrade never
