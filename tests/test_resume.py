@@ -10,7 +10,7 @@ import signal
 import pytest
 import yaml
 
-from conftest import fingerprint, train_in_process
+from conftest import fingerprint, settings_for, train_in_process
 from mha_textclf import pipeline as train_module
 from mha_textclf import run_folder
 from mha_textclf.checkpoint import load_training_state
@@ -123,3 +123,25 @@ def test_a_default_that_moved_since_is_in_the_command_to_resume_and_loggers_may_
     resumed = train_in_process(tmp_path / "again", *command[:-1], "logger=tensorboard", f"resume={part}",
                                data_dir=data_dir)
     assert resumed.epochs == 3
+
+
+def test_a_run_resumed_into_a_new_folder_takes_the_tokenizer_of_the_run_it_continues(smoke_run, tmp_path,
+                                                                                     monkeypatch):
+    """docs/runs.md: "Resume into a new folder with the same overrides plus resume=<run folder>": the resumed run
+    continues the weights of that run, whose embedding rows are its tokenizer's ids, so it takes that run's
+    tokenizer/ into its own folder, neither learned again nor taken from a cache (tokenizer.cache_dir is no training
+    setting: it may point elsewhere now, where another tokenizer may wait)."""
+    from types import SimpleNamespace
+
+    from mha_textclf.tokenizer import load_tokenizer
+
+    settings = settings_for("experiment=smoke", f"resume={smoke_run.dir}", f"tokenizer.cache_dir={tmp_path / 'cache'}")
+    monkeypatch.setattr(train_module, "get_tokenizer", lambda *args: pytest.fail("the tokenizer was learned again"))
+    corpus = SimpleNamespace(train=SimpleNamespace(texts=["texts the resumed run never learned from"]))
+    state = load_training_state(smoke_run.dir / "last.pt")
+    new = tmp_path / "resumed"
+    tokenizer = train_module.prepare_tokenizer(settings, corpus, new, state)
+    original = load_tokenizer(smoke_run.dir / "tokenizer", settings.data.max_length)
+    assert tokenizer.get_vocab() == original.get_vocab()
+    assert load_tokenizer(new / "tokenizer", settings.data.max_length).get_vocab() == original.get_vocab()
+    assert not (tmp_path / "cache").exists()
