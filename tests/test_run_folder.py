@@ -573,3 +573,28 @@ def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failur
         status = run_folder.read_status(run_dir)
         assert (status["state"], status["attempt"], status["message"]) == (run_folder.RUNNING, 2, None)
         assert [int(r["epoch"]) for r in csv.DictReader((run_dir / "history.csv").read_text().splitlines())] == [1]
+
+
+def test_the_same_command_with_the_epoch_count_left_null_on_a_finished_folder_trains_nothing(smoke_run, data_dir,
+                                                                                            tmp_path, caplog):
+    """docs/runs.md, "The same command again": a folder holding "the same training settings, finished": "nothing is
+    trained: "already holds this run, finished: nothing to train""; README: the settings that adapt are "written into
+    the run's config.yaml ..., so that the same command continues the same run", and trainer.epochs=null means the
+    run's own count. A finished run asked again with the epoch count left null is finished: its recorded metrics
+    come back and nothing in the folder changes (it is not reported again)."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in ("config.yaml", "status.json", "metrics.json", "last.pt"):
+        shutil.copy(smoke_run.dir / name, run_dir / name)
+    assert run_folder.read_status(run_dir)["state"] == run_folder.FINISHED
+    (run_dir / ".lock").touch()  # (as the run that held the folder left it)
+    before = fingerprint(run_dir)
+    settings = settings_for(f"data.path={data_dir}", "model=efficient", "pe=true", "experiment=smoke",
+                            "trainer.epochs=null")
+    assert settings.trainer.epochs is None
+    with caplog.at_level(logging.INFO, logger="train"), run_folder.claim(run_dir, settings, []) as start:
+        assert start.finished == RunMetrics.read(run_dir / "metrics.json") and start.state is None
+    assert f"{run_dir} already holds this run, finished: nothing to train" in caplog.text
+    assert fingerprint(run_dir) == before
