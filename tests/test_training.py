@@ -501,3 +501,39 @@ def test_a_continued_run_counts_its_training_seconds_from_the_first_epoch_of_the
     assert result.history[:2] == state["history"]
     assert [r["elapsed_train_seconds"] for r in result.history] == pytest.approx(
         list(itertools.accumulate(r["train_seconds"] for r in result.history)), rel=1e-9)
+
+
+def test_a_continued_run_keeps_the_best_epoch_s_weights_for_best_pt_and_for_final_weights_best(tmp_path):
+    """docs/runs.md: last.pt holds the "early-stopping state"; best.pt is "the same for the epoch with the lowest
+    validation loss"; "trainer.final_weights=best goes back to it"; and a run continued from last.pt (in place or
+    into a new folder) ends with "the history and metrics [of] an uninterrupted run". Here the best epoch comes before
+    the interruption after epoch 4 of 6: the continued run's best.pt and its reported model hold that epoch's
+    weights, as the uninterrupted run's do, not those of the epoch it continued from."""
+    ids, labels = toy_problem()
+    val_ids, val_labels = ids[:6], [1 - y for y in labels[:6]]  # its loss soon rises: the best epoch is early
+
+    def loaders():
+        return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(val_ids, val_labels, 16, 0)
+
+    trainer = plain_trainer(epochs=6, lr=3e-2, final_weights="best")
+    for folder in ("full", "part", "new"):
+        (tmp_path / folder).mkdir()
+    reference = model()
+    uninterrupted = fit(reference, *loaders(), trainer, CPU, best_path=tmp_path / "full" / "best.pt")
+
+    def interrupt_after_epoch_4(row):
+        if row["epoch"] == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    fit(model(), *loaders(), trainer, CPU, state_path=tmp_path / "part" / "last.pt",
+        on_epoch_end=interrupt_after_epoch_4)
+    state = load_training_state(tmp_path / "part" / "last.pt")
+    assert state["epoch"] == 4 and state["best"]["epoch"] == uninterrupted.best_epoch < 4
+
+    continued = model()
+    result = fit(continued, *loaders(), trainer, CPU, resume_state=state, best_path=tmp_path / "new" / "best.pt")
+    assert (result.best_epoch, result.reported_epoch) == (uninterrupted.best_epoch, uninterrupted.best_epoch)
+    best, expected = (load_checkpoint(tmp_path / folder / "best.pt")[0].state_dict() for folder in ("new", "full"))
+    for name, tensor in expected.items():
+        assert torch.equal(best[name], tensor), f"best.pt: {name}"
+        assert torch.equal(continued.state_dict()[name], reference.state_dict()[name]), f"reported model: {name}"
