@@ -105,6 +105,34 @@ def test_mlflow_holds_params_tags_metrics_and_artifacts(tracked):
 
 
 @pytest.mark.slow
+def test_mlflow_holds_each_epoch_under_its_epoch_and_each_step_under_its_step(tracked):
+    """docs/tracking.md: each logger records "the training loss and learning rate of every step (train/loss,
+    train/lr), the validation loss and accuracy and the training and validation seconds of every epoch (val/...,
+    time/...)": in MLflow too, each value under its own step, the epoch's number for history.csv's rows and the
+    optimiser step's (counted over the run, from 1) for every step, so that its charts draw them in order."""
+    from mlflow import MlflowClient
+
+    run_dir, uri, _ = tracked
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("mha-textclf").experiment_id])
+    history = pd.read_csv(run_dir / "history.csv")
+
+    def by_step(name):
+        return {m.step: m.value for m in client.get_metric_history(run.info.run_id, name)}
+
+    for name, column in (("val/loss", "val_loss"), ("val/accuracy", "val_accuracy"),
+                         ("time/train_seconds", "train_seconds"), ("time/eval_seconds", "eval_seconds")):
+        assert by_step(name) == pytest.approx(dict(zip(history["epoch"], history[column], strict=True))), name
+    trainer = settings_for(*SMOKE).trainer
+    assert by_step("train/lr") == pytest.approx(
+        {step: trainer.lr * lr_factor(step - 1, 9, 3, trainer.schedule) for step in range(1, 10)})
+    losses = by_step("train/loss")
+    assert sorted(losses) == list(range(1, 10))  # 3 epochs of 48 texts in batches of 16
+    assert [sum(losses[s] for s in (i + 1, i + 2, i + 3)) / 3 for i in (0, 3, 6)] == pytest.approx(
+        history["train_loss"].tolist(), rel=1e-5)
+
+
+@pytest.mark.slow
 def test_the_store_from_the_environment_and_an_experiment_named_in_the_settings(data_dir, tmp_path, monkeypatch):
     """MLFLOW_TRACKING_URI points at the store; logger.mlflow.experiment wins over the sweep's name. (The jobs of a
     sweep in one experiment named after it, in the default store: test_train.py's multirun.)"""
