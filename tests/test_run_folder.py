@@ -19,7 +19,7 @@ import yaml
 
 from conftest import REPO, fingerprint, run_split, settings_for, train_in_process
 from mha_textclf import pipeline, run_folder, training
-from mha_textclf.errors import RunFolderError
+from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.reports import RunMetrics
 from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, SCHEDULES, show
 from mha_textclf.summary import run_row
@@ -454,7 +454,8 @@ def test_fewer_epochs_than_already_trained_are_refused(data_dir, tmp_path):
     train_in_process(run_dir, *constant, data_dir=data_dir)
     for into in (run_dir, tmp_path / "resumed"):  # in place, and with resume= into a new folder
         resume = [f"resume={run_dir}"] if into != run_dir else []
-        with pytest.raises(RunFolderError, match=r"trainer.epochs=2, but the run to continue has already trained 3"):
+        with pytest.raises(RunFolderError, match=r"trainer\.epochs=2, but the run to continue has already trained 3 "
+                           r"epochs; give trainer\.epochs=3 or more\.$"):
             train_in_process(into, *constant, "trainer.epochs=2", *resume, data_dir=data_dir)
     longer = train_in_process(run_dir, *constant, "trainer.epochs=4", data_dir=data_dir)  # a constant lr: longer
     assert longer.epochs == 4 and [int(r["epoch"]) for r in rows(run_dir)] == [1, 2, 3, 4]
@@ -598,3 +599,22 @@ def test_the_same_command_with_the_epoch_count_left_null_on_a_finished_folder_tr
         assert start.finished == RunMetrics.read(run_dir / "metrics.json") and start.state is None
     assert f"{run_dir} already holds this run, finished: nothing to train" in caplog.text
     assert fingerprint(run_dir) == before
+
+
+def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afresh(tmp_path):
+    """docs/runs.md When things go wrong: "an unreadable last.pt in the folder to continue | "Cannot continue the run
+    in <folder>: ... To start it afresh instead: overwrite=true."", before anything in the folder changes."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    settings = settings_for(*COMMON)
+    run_folder.write_config(run_dir, settings)
+    (run_dir / "last.pt").write_bytes(b"cut short by a full disk")
+    run_folder.mark(run_dir, run_folder.INTERRUPTED, attempt=1)
+    before = fingerprint(run_dir)
+    with pytest.raises(UserError) as info, run_folder.claim(run_dir, settings, []):
+        pass
+    message = str(info.value)
+    assert message.startswith(f"Cannot continue the run in {run_dir}: ") and str(run_dir / "last.pt") in message
+    assert message.endswith("To start it afresh instead: overwrite=true.")
+    after = {name: digest for name, digest in fingerprint(run_dir).items() if name != ".lock"}  # the claim's own
+    assert after == before and run_folder.read_status(run_dir)["state"] == run_folder.INTERRUPTED
