@@ -270,10 +270,17 @@ def test_a_finished_sweep_run_again_through_a_launcher_trains_nothing(launched, 
     first, sweep = launched["submitit_local"]
     assert first.returncode == 0, first.stderr[-3000:]
     before = {job: fingerprint(job) for job in sweep.glob("[01]_*")}
+    trained = {job: JobRecord.read(job) for job in before}
     again = run_train(*launcher_sweep("submitit_local", sweep), data_dir=data_dir)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {job: fingerprint(job) for job in sweep.glob("[01]_*")} == before
     assert len(before) == 2 and all(run_folder.read_status(job)["attempt"] == 1 for job in before)
+    # docs/comparing.md: "A sweep run again records its own jobs: one that found its run finished, the seconds it
+    # took to see that" (its job.json is this sweep's), while the run's training seconds stay its own.
+    for job, first_time in trained.items():
+        record = JobRecord.read(job)
+        assert record.started_at > first_time.ended_at and record.status == "COMPLETED"
+        assert record.wall_seconds < first_time.wall_seconds
 
 
 def test_slurm_config_composes_over_submitit():
