@@ -38,6 +38,21 @@ def toy_problem(n=64, seed=0):
     return ids, labels
 
 
+def seeded_loaders(ids, labels, val=None):
+    """Fresh training (shuffled by seed 0, the same order in every run of a test) and validation loaders: a run and
+    its continuation each need their own."""
+    val_ids, val_labels = val or (ids, labels)
+    return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(val_ids, val_labels, 16, 0)
+
+
+def interrupt_after(epoch):
+    """An on_epoch_end callback that sends this process Ctrl-C once `epoch` is finished."""
+    def callback(row):
+        if row["epoch"] == epoch:
+            os.kill(os.getpid(), signal.SIGINT)
+    return callback
+
+
 def model(**overrides):
     torch.manual_seed(0)
     return TextClassifier(ModelConfig(**{"token_dropout": 0.0, "token_dropout_keep": 0} | overrides,
@@ -156,11 +171,8 @@ def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monke
 
 def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_last_finished_epoch(tmp_path):
     ids, labels = toy_problem()
-    def loaders():
-        return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)
-
     first = model()
-    fit(first, *loaders(), plain_trainer(epochs=1, lr=1e-2), CPU, state_path=tmp_path / "last.pt")
+    fit(first, *seeded_loaders(ids, labels), plain_trainer(epochs=1, lr=1e-2), CPU, state_path=tmp_path / "last.pt")
     state = load_training_state(tmp_path / "last.pt")
 
     resumed, calls = model(), []
@@ -173,7 +185,7 @@ def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_
         return forward(*args, **kwargs)
 
     resumed.forward = interrupting_forward
-    result = fit(resumed, *loaders(), plain_trainer(epochs=3, lr=1e-2), CPU, resume_state=state,
+    result = fit(resumed, *seeded_loaders(ids, labels), plain_trainer(epochs=3, lr=1e-2), CPU, resume_state=state,
                  state_path=tmp_path / "new" / "last.pt")
     assert result.interrupted == "SIGINT" and [r["epoch"] for r in result.history] == [1]
     assert result.reported_epoch == 1
@@ -258,13 +270,9 @@ def test_an_interrupted_run_ends_with_its_last_finished_epoch_or_with_best_the_b
     val = make_loader(ids[:6], [1 - y for y in labels[:6]], 16, 0)  # its loss soon rises: the best epoch is early
     net = model()
 
-    def interrupt_after_epoch_4(row):
-        if row["epoch"] == 4:
-            os.kill(os.getpid(), signal.SIGINT)
-
     result = fit(net, make_loader(ids, labels, 8, 0, shuffle=True), val,
                  plain_trainer(epochs=30, lr=3e-2, final_weights=final_weights), CPU, best_path=tmp_path / "best.pt",
-                 state_path=tmp_path / "last.pt", on_epoch_end=interrupt_after_epoch_4)
+                 state_path=tmp_path / "last.pt", on_epoch_end=interrupt_after(4))
     assert result.interrupted == "SIGINT" and len(result.history) == 4 and result.best_epoch < 4
     best, _ = load_checkpoint(tmp_path / "best.pt")
     ending = best.state_dict() if final_weights == "best" else load_training_state(tmp_path / "last.pt")["model"]
@@ -457,26 +465,19 @@ def test_a_run_stopped_by_a_signal_as_its_patience_ran_out_continues_to_the_unin
     epoch 3 with patience spent, and the run continued from it stops there too, early, training nothing more."""
     ids, labels = toy_problem()
 
-    def loaders():
-        return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)
-
     trainer = plain_trainer(epochs=6, lr=0.0, patience=2)
-    uninterrupted = fit(model(), *loaders(), trainer, CPU)
+    uninterrupted = fit(model(), *seeded_loaders(ids, labels), trainer, CPU)
     assert (len(uninterrupted.history), uninterrupted.best_epoch, uninterrupted.stopped_early) == (3, 1, True)
 
-    def interrupt_at_epoch_3(row):
-        if row["epoch"] == 3:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    stopped = fit(model(), *loaders(), trainer, CPU, state_path=tmp_path / "last.pt",
-                  on_epoch_end=interrupt_at_epoch_3)
+    stopped = fit(model(), *seeded_loaders(ids, labels), trainer, CPU, state_path=tmp_path / "last.pt",
+                  on_epoch_end=interrupt_after(3))
     assert stopped.interrupted == "SIGINT" and not stopped.stopped_early and len(stopped.history) == 3
     state = load_training_state(tmp_path / "last.pt")
     assert state["epoch"] == 3 and state["best"]["epoch"] == 1
 
     trained = []
-    continued = fit(model(), *loaders(), trainer, CPU, resume_state=state, state_path=tmp_path / "last.pt",
-                    on_epoch_end=trained.append)
+    continued = fit(model(), *seeded_loaders(ids, labels), trainer, CPU, resume_state=state,
+                    state_path=tmp_path / "last.pt", on_epoch_end=trained.append)
     assert trained == []  # patience had run out: no epoch 4
     assert [r["epoch"] for r in continued.history] == [r["epoch"] for r in uninterrupted.history] == [1, 2, 3]
     assert [r["val_loss"] for r in continued.history] == [r["val_loss"] for r in uninterrupted.history]
@@ -491,12 +492,9 @@ def test_a_continued_run_counts_its_training_seconds_from_the_first_epoch_of_the
     the train_seconds of its epoch and all before it, those of the first attempt included."""
     ids, labels = toy_problem()
 
-    def loaders():
-        return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(ids, labels, 16, 0)
-
-    fit(model(), *loaders(), plain_trainer(epochs=2, lr=1e-2), CPU, state_path=tmp_path / "last.pt")
+    fit(model(), *seeded_loaders(ids, labels), plain_trainer(epochs=2, lr=1e-2), CPU, state_path=tmp_path / "last.pt")
     state = load_training_state(tmp_path / "last.pt")
-    result = fit(model(), *loaders(), plain_trainer(epochs=4, lr=1e-2), CPU, resume_state=state)
+    result = fit(model(), *seeded_loaders(ids, labels), plain_trainer(epochs=4, lr=1e-2), CPU, resume_state=state)
     assert [r["epoch"] for r in result.history] == [1, 2, 3, 4]
     assert result.history[:2] == state["history"]
     assert [r["elapsed_train_seconds"] for r in result.history] == pytest.approx(
@@ -510,28 +508,23 @@ def test_a_continued_run_keeps_the_best_epoch_s_weights_for_best_pt_and_for_fina
     the interruption after epoch 4 of 6: the continued run's best.pt and its reported model hold that epoch's
     weights, as the uninterrupted run's do, not those of the epoch it continued from."""
     ids, labels = toy_problem()
-    val_ids, val_labels = ids[:6], [1 - y for y in labels[:6]]  # its loss soon rises: the best epoch is early
-
-    def loaders():
-        return make_loader(ids, labels, 8, 0, shuffle=True, seed=0), make_loader(val_ids, val_labels, 16, 0)
+    val = ids[:6], [1 - y for y in labels[:6]]  # its loss soon rises: the best epoch is early
 
     trainer = plain_trainer(epochs=6, lr=3e-2, final_weights="best")
     for folder in ("full", "part", "new"):
         (tmp_path / folder).mkdir()
     reference = model()
-    uninterrupted = fit(reference, *loaders(), trainer, CPU, best_path=tmp_path / "full" / "best.pt")
+    uninterrupted = fit(reference, *seeded_loaders(ids, labels, val), trainer, CPU,
+                        best_path=tmp_path / "full" / "best.pt")
 
-    def interrupt_after_epoch_4(row):
-        if row["epoch"] == 4:
-            os.kill(os.getpid(), signal.SIGINT)
-
-    fit(model(), *loaders(), trainer, CPU, state_path=tmp_path / "part" / "last.pt",
-        on_epoch_end=interrupt_after_epoch_4)
+    fit(model(), *seeded_loaders(ids, labels, val), trainer, CPU, state_path=tmp_path / "part" / "last.pt",
+        on_epoch_end=interrupt_after(4))
     state = load_training_state(tmp_path / "part" / "last.pt")
     assert state["epoch"] == 4 and state["best"]["epoch"] == uninterrupted.best_epoch < 4
 
     continued = model()
-    result = fit(continued, *loaders(), trainer, CPU, resume_state=state, best_path=tmp_path / "new" / "best.pt")
+    result = fit(continued, *seeded_loaders(ids, labels, val), trainer, CPU, resume_state=state,
+                 best_path=tmp_path / "new" / "best.pt")
     assert (result.best_epoch, result.reported_epoch) == (uninterrupted.best_epoch, uninterrupted.best_epoch)
     best, expected = (load_checkpoint(tmp_path / folder / "best.pt")[0].state_dict() for folder in ("new", "full"))
     for name, tensor in expected.items():
