@@ -248,6 +248,7 @@ def test_no_logger_is_on_by_default_and_each_logger_choice_turns_on_its_own():
         logger = settings_for(*choice).logger
         assert (logger.tensorboard.enabled, logger.mlflow.enabled) == on, choice
 
+
 @pytest.fixture
 def as_hydra_job():
     """Make a composed config Hydra's current one (its folder names read hydra.job), and put the old one back."""
@@ -292,6 +293,7 @@ def test_a_sweep_job_folder_leaves_out_every_setting_whose_value_is_a_path_a_uri
     cfg = compose_config(["logger=mlflow", "seed=1", *(f"{key}={value}" for key, value in typed.items())],
                          hydra_config=True)
     assert cfg.hydra.job.override_dirname == "logger-mlflow_seed-1"
+
 
 def test_a_baseline_lands_in_its_own_folder_under_outputs_baselines(as_hydra_job):
     """docs/comparing.md: the TF-IDF reference writes into its own folder under outputs/baselines/, named by its
@@ -343,6 +345,7 @@ def test_experiment_best_is_the_settings_results_md_states_on_any_data_config(da
     best = settings_for("experiment=best", *data)
     assert (show(best.pe), best.data.max_length, best.trainer.epochs, best.model.cls_only) == (
         pe, int(max_length), int(epochs), True)
+
 
 def test_experiment_search_sweeps_over_the_defaults():
     cfg = compose_config(["experiment=search"], hydra_config=True)
