@@ -530,3 +530,19 @@ def test_a_continued_run_keeps_the_best_epoch_s_weights_for_best_pt_and_for_fina
     for name, tensor in expected.items():
         assert torch.equal(best[name], tensor), f"best.pt: {name}"
         assert torch.equal(continued.state_dict()[name], reference.state_dict()[name]), f"reported model: {name}"
+
+
+def test_an_epochs_training_loss_is_the_mean_cross_entropy_over_its_texts_not_over_its_batches():
+    """docs/runs.md: history.csv's `train_loss` "is measured as trained, with token dropout hiding 75% of each text
+    by default, so it sits above the validation loss (evaluated on whole texts)": the same mean cross-entropy per
+    text as val_loss, only on what training saw. At lr 0 without any dropout the model never changes, so an epoch over
+    the training texts gives their validation loss; 20 texts in batches of 8 leave a last batch of 4, which a mean of
+    the batches' losses would weigh as much as a full one."""
+    ids, labels = toy_problem(n=20)
+    result = fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+                 plain_trainer(epochs=1, lr=0.0, weight_decay=0.0), CPU)
+    per_text = evaluate(model(), make_loader(ids, labels, 1, 0), CPU).loss
+    batches = [evaluate(model(), make_loader(ids[i:i + 8], labels[i:i + 8], 8, 0), CPU).loss for i in (0, 8, 16)]
+    assert result.history[0]["train_loss"] == pytest.approx(per_text, rel=1e-5)
+    assert result.history[0]["val_loss"] == pytest.approx(per_text, rel=1e-5)
+    assert np.mean(batches) != pytest.approx(per_text, rel=1e-3)  # (so that a mean over batches would show)
