@@ -102,6 +102,18 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
     assert model.num_parameters() == metrics.params
 
 
+def test_params_counts_every_learned_weight_of_the_reported_model_the_classifier_s_too(smoke_run):
+    """reports.py RunMetrics: `params: learned parameters`, which docs/runs.md lists in metrics.json and summary.csv
+    repeats per run. Counted afresh from model.pt's own tensors (its state dict holds the learned weights alone: the
+    positional encoding is a buffer it leaves out), module by module, so that a count skipping one shows."""
+    state = torch.load(smoke_run.dir / "model.pt", weights_only=True)["state_dict"]
+    by_module = {}
+    for name, tensor in state.items():
+        by_module[name.split(".")[0]] = by_module.get(name.split(".")[0], 0) + tensor.numel()
+    assert {"embedding", "attention", "classifier"} <= set(by_module) and all(by_module.values()), by_module
+    assert smoke_run.metrics.params == RunMetrics.read(smoke_run.dir / "metrics.json").params == sum(by_module.values())
+
+
 @pytest.mark.parametrize("split", ["val", "test"])
 def test_reports_and_confusion_matrices_are_scikit_learns_on_the_split_they_name(smoke_run, split):
     """Recomputed from model.pt, one text at a time, on the split settled afresh from config.yaml."""
