@@ -23,7 +23,7 @@ from scipy import stats
 from conftest import REPO, compose_config, fingerprint, load_script, require, run_train, write_jsonl
 from mha_textclf import run_folder
 from mha_textclf.cli import SweepSummary
-from mha_textclf.reports import RunMetrics, SplitMetrics
+from mha_textclf.reports import RunMetrics, SplitMetrics, write_history
 from mha_textclf.summary import (
     groups_table,
     plot_accuracy_vs_time,
@@ -78,11 +78,12 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
 
 def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0, pe=False, dataset="bbc-news",
              test_accuracy=None, n_samples=10, epoch_times=None, losses=None, stages=None, adapted=None,
-             val_samples=None, **settings):
+             val_samples=None, eval_times=None, **settings):
     """A finished run folder as train writes it: metrics.json, config.yaml (resolved settings), history.csv.
 
     `epoch_times` (seconds per epoch) and `losses` ((train, val) per epoch) default to two epochs of
-    `epoch_seconds`; `stages` is metrics.json's record of the pipeline's stages (peak memory). Each split's macro-F1
+    `epoch_seconds`, each followed by `eval_times` seconds of validation (0.1 each); history.csv has every column
+    train writes. `stages` is metrics.json's record of the pipeline's stages (peak memory). Each split's macro-F1
     is its accuracy minus 0.1, so that a table showing one in place of the other shows it; `val_samples` gives
     validation a size of its own (default: `n_samples`, as test)."""
     folder.mkdir(parents=True)
@@ -104,9 +105,12 @@ def fake_run(folder, model="efficient", seed=0, accuracy=0.5, epoch_seconds=1.0,
         group, name = key.split("__")
         config[group][name] = value
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    rows = [f"{i},{train},{val},{seconds}" for i, ((train, val), seconds) in enumerate(zip(losses, epoch_times,
-                                                                                          strict=True), start=1)]
-    (folder / "history.csv").write_text("epoch,train_loss,val_loss,train_seconds\n" + "\n".join(rows) + "\n")
+    eval_times = eval_times or [0.1] * len(epoch_times)
+    write_history(folder / "history.csv", [
+        {"epoch": i, "train_loss": train, "val_loss": val, "val_accuracy": accuracy, "lr": 1e-3,
+         "train_seconds": seconds, "eval_seconds": evaluation, "elapsed_train_seconds": sum(epoch_times[:i]),
+         "train_tokens": 1000} for i, ((train, val), seconds, evaluation) in enumerate(
+            zip(losses, epoch_times, eval_times, strict=True), start=1)])
 
 
 def test_groups_average_over_seeds_and_compare_speed(tmp_path):
@@ -419,6 +423,27 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
         assert pe[model]["val accuracy"] == "lower by 3.0 points (-9.2 of 307 articles, 95% CI -3.0 to -3.0)"
         assert pe[model]["epoch time"].startswith("same speed within noise (1.00×")
     assert "**Noise rule:**" in text and "5 articles or fewer" in text
+
+
+def test_epoch_time_is_the_median_training_epoch_the_validation_after_it_left_out(tmp_path):
+    """docs/comparing.md: each variant's "median training epoch in seconds, epoch time and tokens/s relative to the
+    fastest variant", and the pairs' "epoch time as a ratio"; summary.md: "Epoch time is the median training epoch
+    (validation excluded)"; README: '"train s" counts training passes only'. history.csv times each epoch's
+    validation apart (eval_seconds): here efficient trains an epoch in 1 s and validates it in 2 s, naive trains in
+    2 s and validates in 0.1 s, so counting validation would make naive the faster."""
+    for seed in range(3):
+        for model, train, validation in (("efficient", 1.0, 2.0), ("naive", 2.0, 0.1)):
+            fake_run(tmp_path / f"{model}_{seed}", model=model, seed=seed, epoch_times=[train] * 6,
+                     eval_times=[validation] * 6)
+    write_summary(tmp_path)
+    runs = pd.read_csv(tmp_path / "summary.csv")
+    assert runs.groupby("model")["median_epoch_seconds"].agg(set).to_dict() == {"efficient": {1.0}, "naive": {2.0}}
+    text = (tmp_path / "summary.md").read_text()
+    variants = {r["model"]: r for r in md_table(text, "## The answer: bbc-news")}
+    assert [variants[m]["median epoch s"] for m in ("efficient", "naive")] == ["1.00 ± 0.00", "2.00 ± 0.00"]
+    assert [variants[m]["epoch time vs fastest"] for m in ("efficient", "naive")] == ["1.00×", "2.00×"]
+    (against,) = md_table(text, "### Against efficient (the reference)")
+    assert against["epoch time"].startswith("slower by 2.00×"), against
 
 
 def test_docs_results_tables_are_the_summarys_own_by_group_and_pe_against_no_pe(tmp_path):
