@@ -448,6 +448,9 @@ def test_a_run_that_gets_worse_keeps_its_best_epoch_and_reports_the_final_weight
     # Patience: the run ends exactly PATIENCE epochs after its best, and before its last epoch.
     assert metrics.stopped_early and len(rows) == metrics.best_epoch + PATIENCE < 8
     assert metrics.best_epoch == best["epoch"] and rows[-1]["val_loss"] > 1.01 * best["val_loss"]
+    # metrics.json's epochs counts the finished epochs (reports.py: "epochs: finished epochs"), the ones past the
+    # best included, whichever epoch the run reports.
+    assert metrics.epochs == RunMetrics.read(tmp_path / "metrics.json").epochs == len(rows) > metrics.best_epoch
 
     # best.pt holds the best epoch's weights, last.pt the last epoch's, and model.pt those trainer.final_weights
     # names (by default the last): evaluated afresh on the validation split, each gives the validation loss
