@@ -3,11 +3,13 @@
 import itertools
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
 import torch
 
+from mha_textclf import training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import collate, make_loader
 from mha_textclf.errors import UserError
@@ -546,3 +548,25 @@ def test_an_epochs_training_loss_is_the_mean_cross_entropy_over_its_texts_not_ov
     assert result.history[0]["train_loss"] == pytest.approx(per_text, rel=1e-5)
     assert result.history[0]["val_loss"] == pytest.approx(per_text, rel=1e-5)
     assert np.mean(batches) != pytest.approx(per_text, rel=1e-3)  # (so that a mean over batches would show)
+
+
+def test_train_and_eval_seconds_time_the_training_pass_and_the_validation_apart(monkeypatch):
+    """docs/runs.md: "`train_seconds` counts the training passes alone and `eval_seconds` the validation after each
+    epoch: they are timed apart", and elapsed_train_seconds adds up the training passes. On a clock that moves only
+    when the test says (1 s per optimiser step, 0.25 s per validation), each epoch of 8 steps trains 8 s and
+    validates 0.25 s, whatever the machine's load."""
+    clock = {"now": 0.0}
+    monkeypatch.setattr(time, "perf_counter", lambda: clock["now"])
+    real_evaluate = evaluate
+
+    def validating(*args, **kwargs):
+        clock["now"] += 0.25
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(training, "evaluate", validating)
+    ids, labels = toy_problem()
+    result = fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+                 plain_trainer(epochs=3, lr=1e-3), CPU,
+                 on_step=lambda step, values: clock.update(now=clock["now"] + 1.0))
+    assert [(row["train_seconds"], row["eval_seconds"], row["elapsed_train_seconds"]) for row in result.history] == [
+        (8.0, 0.25, 8.0), (8.0, 0.25, 16.0), (8.0, 0.25, 24.0)]
