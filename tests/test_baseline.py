@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from sklearn.feature_extraction.text import TfidfVectorizer
 
 from conftest import REPO, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline, tfidf_baseline
@@ -143,6 +144,22 @@ def test_word_features_are_bigrams_too(tmp_path):
     metrics = run_baseline(settings_for(f"data.path={order}", "features=words", app="baseline"), tmp_path / "words")
     assert (metrics.val.accuracy, metrics.test.accuracy) == (1.0, 1.0)
 
+
+@pytest.mark.parametrize("classes", [("red", "blue"), ("red", "blue", "green")])
+def test_params_counts_the_weights_and_intercepts_the_classifier_has(classes, tmp_path):
+    """reports.py RunMetrics: params is, for a baseline, "its linear model's weights and intercepts". With two
+    classes scikit-learn fits one row of weights and one intercept, not one per class: counted against the word
+    uni- and bigrams of the training split (docs/comparing.md: "`words` uses word uni- and bigrams"), each seen in
+    two texts or more."""
+    rows = [{"text": f"{classes[i % len(classes)]} note{i % 4} word{i % 7}", "label": classes[i % len(classes)]}
+            for i in range(42)]
+    data = write_jsonl(tmp_path / "data", {"train": rows, "test": rows[:6]})
+    settings = settings_for(f"data.path={data}", "features=words", app="baseline")
+    metrics = run_baseline(settings, tmp_path / "run")
+    corpus = load_corpus(settings.data, 0)
+    features = len(TfidfVectorizer(ngram_range=(1, 2), min_df=2).fit(corpus.train.texts).vocabulary_)
+    rows_of_weights = 1 if len(classes) == 2 else len(classes)
+    assert metrics.params == rows_of_weights * (features + 1)
 
 def test_each_seed_fits_on_the_validation_split_training_carves_with_that_seed(tmp_path):
     """The splits a seed's attention run has (validation carved with the seed): every ninth text has the other

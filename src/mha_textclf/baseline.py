@@ -32,7 +32,7 @@ class BaselineResult:
     predictions: dict[str, list[int]]  # per split: val, test
     losses: dict[str, float | None]  # log-loss where the model gives probabilities
     train_seconds: float
-    n_features: int
+    params: int  # the linear model's weights and intercepts
 
 
 def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
@@ -57,7 +57,7 @@ def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
               for split in ("val", "test")}
     metrics = RunMetrics(model=name, pe=None, seed=settings.seed, dataset=corpus.name, splits=corpus.sources,
                          train_samples=len(corpus.train), val=splits["val"], test=splits["test"],
-                         class_names=corpus.class_names, params=result.n_features * len(corpus.class_names),
+                         class_names=corpus.class_names, params=result.params,
                          train_seconds=result.train_seconds, eval_seconds=0.0, epochs=0, best_epoch=None,
                          stopped_early=False, interrupted_by=None, tokens_per_second=None,
                          vocab_size=len(tokenizer) if tokenizer is not None else None, device="cpu", threads=1,
@@ -99,4 +99,6 @@ def tfidf_baseline(corpus: Corpus, features: str, tokenizer, max_length: int, se
         losses[name] = (float(log_loss(split.labels, classifier.predict_proba(X),
                                        labels=np.arange(len(corpus.class_names))))
                         if hasattr(classifier, "predict_proba") else None)
-    return BaselineResult(predictions, losses, train_seconds, X_train.shape[1])
+    # Counted from the fitted model, not as features × classes: with two classes scikit-learn fits one row of weights.
+    params = classifier.coef_.size + classifier.intercept_.size
+    return BaselineResult(predictions, losses, train_seconds, params)

@@ -74,7 +74,7 @@ class RunMetrics:
     val: SplitMetrics  # the reported model (trainer.final_weights) on the validation split
     test: SplitMetrics  # ... and on the test split, evaluated once
     class_names: list[str]
-    params: int  # learned parameters (for a baseline: its linear model's weights)
+    params: int  # learned parameters (for a baseline: its linear model's weights and intercepts)
     train_seconds: float  # training passes only, all epochs
     eval_seconds: float  # validation after each epoch, all epochs
     epochs: int  # finished epochs (0 for a baseline)
