@@ -146,6 +146,7 @@ def test_the_defaults_the_results_were_measured_with_are_the_defaults(page):
         int(epochs), int(batch), float(lr), float(warmup), schedule)
     assert (settings.model.token_dropout, settings.data.max_length) == (float(dropout), int(max_length))
     assert not settings.model.cls_only and settings.data.group_by_length  # every query; batches by length
+    assert settings.model.dropout == 0  # docs/performance.md: "attention dropout, off by default"
 
 
 def test_the_default_run_is_bbc_news_with_the_readme_s_vocabulary_of_wordpieces_and_its_five_classes(data_dir):
