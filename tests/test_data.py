@@ -513,3 +513,21 @@ def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carv
                                     stratify=[r["label"] for r in others])
     assert corpus.val.texts == [others[i]["text"] for i in carved]
     assert sorted(corpus.train.texts) == sorted([others[i]["text"] for i in keep] + ["text 7"])
+@pytest.mark.parametrize("split", ["validation", "test"])
+@pytest.mark.parametrize("column", ["text", "label"])
+def test_a_column_missing_from_an_evaluation_split_is_refused_naming_that_split_and_its_columns(tmp_path, split,
+                                                                                                column):
+    """docs/own-data.md (Columns): "A missing column stops the run with the columns the data has and the override to
+    use", in whichever split it is missing, not only train (test_bad_data_is_a_clear_error and the label column's
+    test have a train split alone). Here a save_to_disk folder, whose splits each keep their own columns."""
+    evaluation = [{k: v for k, v in r.items() if k != column} for r in rows(4)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows(12)),
+                          split: datasets.Dataset.from_list(evaluation)}).save_to_disk(tmp_path / "dd")
+    with pytest.raises(UserError) as refused:
+        load(tmp_path / "dd")
+    message = str(refused.value)
+    ours = {"validation": "val", "test": "test"}[split]
+    assert message.startswith(f"The {ours} split of {str(tmp_path / 'dd')!r} has no column {column!r}; its columns "
+                              f"are {list(evaluation[0])}.")
+    assert message.endswith("data.text_column=<column> (a list joins several with a space: "
+                            "data.text_column=[title,body]) and data.label_column=<column>.")
