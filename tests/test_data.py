@@ -531,3 +531,22 @@ def test_a_column_missing_from_an_evaluation_split_is_refused_naming_that_split_
                               f"are {list(evaluation[0])}.")
     assert message.endswith("data.text_column=<column> (a list joins several with a space: "
                             "data.text_column=[title,body]) and data.label_column=<column>.")
+
+
+def test_a_class_label_s_names_win_over_a_label_text_column(tmp_path):
+    """docs/own-data.md (Labels): "Class names come from the `ClassLabel`'s names, else, for integer ids, from a
+    `label_text` column when there is one": a saved dataset with both (here label_text disagrees with the
+    ClassLabel, in another language) is named by its ClassLabel, in the ClassLabel's order."""
+    names = ["sport", "politics", "arts"]
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names),
+                                  "label_text": datasets.Value("string")})
+    other = ["Sport", "Politik", "Kunst"]
+
+    def split(n):
+        return datasets.Dataset.from_dict({"text": [f"t{i}" for i in range(n)], "label": [i % 3 for i in range(n)],
+                                           "label_text": [other[i % 3] for i in range(n)]}, features=features)
+
+    datasets.DatasetDict({"train": split(30), "validation": split(6), "test": split(9)}).save_to_disk(tmp_path / "dd")
+    corpus = load(tmp_path / "dd")
+    assert corpus.class_names == names
+    assert [corpus.class_names[label] for label in corpus.test.labels] == [names[i % 3] for i in range(9)]
