@@ -550,3 +550,17 @@ def test_a_class_label_s_names_win_over_a_label_text_column(tmp_path):
     corpus = load(tmp_path / "dd")
     assert corpus.class_names == names
     assert [corpus.class_names[label] for label in corpus.test.labels] == [names[i % 3] for i in range(9)]
+
+
+def test_each_carved_split_records_the_seed_it_was_carved_with(tmp_path):
+    """docs/own-data.md (Splits): validation is "carved off, stratified, with the run's `seed`"; test "the same texts
+    for every seed"; "`metrics.json` records where each split came from (`splits`)": at seed 3 the validation
+    split's record says seed 3 and the test split's seed 0 (test_train reads the record at seed 0 alone, where both
+    are 0)."""
+    write_jsonl(tmp_path, {"train": rows(40)})
+    for seed in (3, 7):
+        corpus = load(tmp_path, seed=seed)
+        assert corpus.sources == {
+            "train": "train split minus what was carved from it",
+            "val": f"carved from the train split: 25%, stratified by class, seed {seed}",
+            "test": "carved from the train split: 20%, stratified by class, seed 0 for every run"}
