@@ -564,3 +564,18 @@ def test_each_carved_split_records_the_seed_it_was_carved_with(tmp_path):
             "train": "train split minus what was carved from it",
             "val": f"carved from the train split: 25%, stratified by class, seed {seed}",
             "test": "carved from the train split: 20%, stratified by class, seed 0 for every run"}
+
+
+@pytest.mark.parametrize("name", ["testimonials", "trainees", "validated", "devices"])
+def test_a_file_whose_name_only_begins_with_a_split_s_name_is_no_split(tmp_path, name):
+    """docs/own-data.md (Splits): splits "are named by their files: `train.*`, `test.*`, and `validation.*`, ...";
+    "a folder holding one file of any name, is a train split": testimonials.jsonl is not a test split (nor
+    devices.jsonl a validation split); alone in its folder it is the train split, test and validation carved from it.
+    Beside train.jsonl it is ignored."""
+    write_jsonl(tmp_path / "alone", {name: rows(40)})
+    corpus = load(tmp_path / "alone")
+    assert corpus.sources["train"] == "train split minus what was carved from it"
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (24, 8, 8)
+    write_jsonl(tmp_path / "beside", {"train": rows(40), name: rows(4)})
+    corpus = load(tmp_path / "beside")
+    assert corpus.sources["test"].startswith("carved") and corpus.sources["val"].startswith("carved")
