@@ -579,3 +579,15 @@ def test_a_file_whose_name_only_begins_with_a_split_s_name_is_no_split(tmp_path,
     write_jsonl(tmp_path / "beside", {"train": rows(40), name: rows(4)})
     corpus = load(tmp_path / "beside")
     assert corpus.sources["test"].startswith("carved") and corpus.sources["val"].startswith("carved")
+
+
+def test_a_label_only_the_validation_split_has_is_refused_naming_it(tmp_path):
+    """docs/own-data.md (Labels): "a label that only validation or test has stops the run and is named"; docs/runs.md:
+    the message "names the split, the label and what to do" (test_a_refused_dataset_is_told_what_to_do_not_only_what_
+    is_wrong tries a test split's)."""
+    write_jsonl(tmp_path, {"train": rows(20), "validation": rows(4, ("a", "b", "zzz")), "test": rows(4)})
+    with pytest.raises(UserError) as refused:
+        load(tmp_path)
+    assert str(refused.value) == (
+        f"The val split of {str(tmp_path)!r} has label(s) ['2'] that the train split never has; nothing can learn "
+        "them. Drop those rows or add training texts for them.")
