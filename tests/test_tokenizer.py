@@ -5,6 +5,7 @@ import itertools
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -465,3 +466,15 @@ def test_a_decided_vocabulary_size_is_cached_and_keyed_by_the_texts_and_the_rule
         patch.setattr(tok, "AUTO_VOCAB_FLOOR", 100)  # another rule
         tok.resolve_vocab_size(texts, settings)
     assert len(counted) == 3
+
+
+def test_the_default_pipeline_splits_punctuation_off_words_as_bert_uncased_does():
+    """tokenizer.py: "Learn ... the WordPiece tokenizer (BERT-uncased style)"; train_tokenizer: "inside a BERT-uncased
+    pipeline (base=None)": lowercased, and every punctuation mark a word of its own, whatever the spaces (BERT's
+    pre-tokenizer), not left on the word before it. The reference is written out: words of letters, and single marks."""
+    text = "Hello, World! The minister's (new) plan: tax-free; 3.5% more?"
+    tokenizer = tok.train_tokenizer([text] * 30, vocab_size=200)  # room for every word whole
+    expected = re.findall(r"[a-z0-9]+|[^a-z0-9\s]", text.lower())
+    assert expected[:4] == ["hello", ",", "world", "!"]
+    assert tokenizer.tokenize(text) == expected
+    assert tokenizer.tokenize("plan,world") == ["plan", ",", "world"]
