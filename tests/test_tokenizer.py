@@ -478,3 +478,16 @@ def test_the_default_pipeline_splits_punctuation_off_words_as_bert_uncased_does(
     assert expected[:4] == ["hello", ",", "world", "!"]
     assert tokenizer.tokenize(text) == expected
     assert tokenizer.tokenize("plan,world") == ["plan", ",", "world"]
+
+
+def test_a_word_of_up_to_100_characters_is_split_into_pieces_and_a_longer_one_is_unk():
+    """docs/own-data.md (Characters that do not fit): "The unknown tokens of a vocabulary that holds every character
+    are characters the training texts never have (and words longer than 100 characters)"; the [UNK] warning says
+    "words of more than 100 characters"."""
+    tokenizer = tok.train_tokenizer(["ab ba abba"] * 5, vocab_size=40)
+    hundred, longer = "ab" * 50, "ab" * 50 + "a"
+    assert "[UNK]" not in tokenizer.tokenize(hundred) and "".join(tokenizer.tokenize(hundred)).replace("##", "") \
+        == hundred
+    assert tokenizer.tokenize(longer) == ["[UNK]"]
+    warning = tok.unknown_rate_warning(tokenizer, {"test": 0.5}, ["ab ba abba"])
+    assert "or words of more than 100 characters" in warning
