@@ -712,3 +712,35 @@ def test_the_documented_log_line_of_a_corpus_of_long_texts_is_the_rule_s_own():
     line = f"trainer.epochs={value} (null: {why})"
     for doc in ("configuration.md", "own-data.md"):
         assert line in " ".join((REPO / "docs" / doc).read_text().split()), doc
+
+
+def test_the_unk_warning_reads_the_training_texts_characters_not_the_evaluation_splits(caplog):
+    """docs/configuration.md: "above 1% it warns, with the `tokenizer.vocab_size` at which every character fits, or,
+    when they all fit already, that the unknown tokens are characters the training texts never have": a test split
+    full of a character the training texts never have gets the second warning, not a vocab_size; and a size named for
+    training characters that do not fit counts those of the training texts, not those the test split happens to
+    have."""
+    from types import SimpleNamespace
+
+    from mha_textclf.data import Corpus, Split
+    from mha_textclf.tokenizer import encode
+
+    def warning(tokenizer, texts) -> str:
+        loaders = {split: SimpleNamespace(dataset=SimpleNamespace(input_ids=encode(tokenizer, split_texts, 128)))
+                   for split, split_texts in texts.items()}
+        corpus = Corpus(*(Split(split_texts, [0] * len(split_texts)) for split_texts in texts.values()), ["a"])
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="train"):
+            train_module.unknown_tokens(tokenizer, loaders, corpus)
+        (said,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        return said
+
+    every = train_tokenizer(["abc abd"], vocab_size=40)  # every training character fits
+    said = warning(every, {"train": ["abc abd"] * 10, "val": ["abc abd"] * 10, "test": ["xyz abc"] * 10})
+    assert "of the test tokens, though every character of the training texts is in the vocabulary" in said
+    # Too small for the training characters: a and b (10 times), c, d (4), e..h once; five of them and ##d ##f ##h
+    # are left out (test_tokenizer: the 11-token vocabulary lacks 8 tokens, 19 holds them all).
+    texts = ["ab ab ab ab ab ba ba ba ba ba", "c c c c dd dd ef gh"]
+    small = train_tokenizer(texts, vocab_size=11)
+    said = warning(small, {"train": texts, "val": texts, "test": ["dd dd dd", "ab"]})
+    assert "5 characters of the training texts are not in the 11-token vocabulary. Use tokenizer.vocab_size=19" in said
