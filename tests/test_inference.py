@@ -285,3 +285,15 @@ def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monk
     probe = inference.order_probe(model, None, ["neg", "pos"], ["a b c", "c b a", "b c a"])
     assert probe["max_abs_difference"] == pytest.approx(0.6)
     assert probe["probabilities"]["c b a"] == pytest.approx({"neg": 0.2, "pos": 0.8})
+
+
+def test_a_file_s_blank_lines_are_skipped_spaces_and_tabs_only_included(tmp_path):
+    """python -m predict --help, file: "a text file, one text per line (blank lines skipped)": a line of spaces or a
+    tab is blank too, and skipped, not a text refused as empty; every other line is a text as it is, after the texts
+    of text=."""
+    from mha_textclf.inference import read_texts
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the minister said\n   \n\t\n\nthe striker scored twice \n  indented\n")
+    assert read_texts(None, str(texts)) == ["the minister said", "the striker scored twice ", "  indented"]
+    assert read_texts("first", str(texts))[:2] == ["first", "the minister said"]
