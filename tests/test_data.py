@@ -3,6 +3,7 @@ save_to_disk, a hub id), the splits and class names, every error, and batching w
 
 import bz2
 import gzip
+import hashlib
 import json
 import logging
 import re
@@ -50,9 +51,17 @@ def test_bbc_news_splits_are_the_documented_ones(data_dir, seed):
     labels = [r["label"] for r in rows["train"]]
     keep, carved = train_test_split(np.arange(len(labels)), test_size=0.25, random_state=seed, stratify=labels)
     got = load(data_dir, seed)
-    assert got.val.texts == [rows["train"][i]["text"] for i in carved]
-    assert got.train.texts == [rows["train"][i]["text"] for i in keep]
-    assert got.test.texts == [r["text"] for r in rows["test"]] and got.test.labels == [r["label"] for r in rows["test"]]
+    # Compared as digests: pytest's report of two unequal lists of hundreds of articles takes over ten minutes to
+    # compute (seen in round 15 with the stratification dropped), a list of short digests a moment.
+    assert digests(got.val.texts) == digests([rows["train"][i]["text"] for i in carved])
+    assert digests(got.train.texts) == digests([rows["train"][i]["text"] for i in keep])
+    assert digests(got.test.texts) == digests([r["text"] for r in rows["test"]])
+    assert got.test.labels == [r["label"] for r in rows["test"]]
+
+
+def digests(texts: list[str]) -> list[str]:
+    """Each text's SHA-256, cut to 16 hex digits: equal lists are equal texts, and a difference reports quickly."""
+    return [hashlib.sha256(text.encode()).hexdigest()[:16] for text in texts]
 
 
 def test_validation_split_is_stratified_disjoint_and_seeded(data_dir, corpus):
