@@ -522,21 +522,34 @@ def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carv
                                     stratify=[r["label"] for r in others])
     assert corpus.val.texts == [others[i]["text"] for i in carved]
     assert sorted(corpus.train.texts) == sorted([others[i]["text"] for i in keep] + ["text 7"])
+
+
+@pytest.mark.parametrize("kind", ["save_to_disk", "jsonl", "csv"])
 @pytest.mark.parametrize("split", ["validation", "test"])
 @pytest.mark.parametrize("column", ["text", "label"])
-def test_a_column_missing_from_an_evaluation_split_is_refused_naming_that_split_and_its_columns(tmp_path, split,
+def test_a_column_missing_from_an_evaluation_split_is_refused_naming_that_split_and_its_columns(tmp_path, kind, split,
                                                                                                 column):
     """docs/own-data.md (Columns): "A missing column stops the run with the columns the data has and the override to
     use", in whichever split it is missing, not only train (test_bad_data_is_a_clear_error and the label column's
-    test have a train split alone). Here a save_to_disk folder, whose splits each keep their own columns."""
-    evaluation = [{k: v for k, v in r.items() if k != column} for r in rows(4)]
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows(12)),
-                          split: datasets.Dataset.from_list(evaluation)}).save_to_disk(tmp_path / "dd")
+    test have a train split alone), and in files as in a save_to_disk folder: read together, datasets gave every file
+    the train file's columns, so a validation.jsonl without text loaded as empty texts."""
+    train, evaluation = rows(12), [{k: v for k, v in r.items() if k != column} for r in rows(4)]
+    if kind == "save_to_disk":
+        folder = tmp_path / "dd"
+        datasets.DatasetDict({"train": datasets.Dataset.from_list(train),
+                              split: datasets.Dataset.from_list(evaluation)}).save_to_disk(folder)
+    elif kind == "jsonl":
+        folder = write_jsonl(tmp_path / "files", {"train": train, split: evaluation})
+    else:
+        folder = tmp_path / "files"
+        folder.mkdir()
+        pd.DataFrame(train).to_csv(folder / "train.csv", index=False)
+        pd.DataFrame(evaluation).to_csv(folder / f"{split}.csv", index=False)
     with pytest.raises(UserError) as refused:
-        load(tmp_path / "dd")
+        load(folder)
     message = str(refused.value)
     ours = {"validation": "val", "test": "test"}[split]
-    assert message.startswith(f"The {ours} split of {str(tmp_path / 'dd')!r} has no column {column!r}; its columns "
+    assert message.startswith(f"The {ours} split of {str(folder)!r} has no column {column!r}; its columns "
                               f"are {list(evaluation[0])}.")
     assert message.endswith("data.text_column=<column> (a list joins several with a space: "
                             "data.text_column=[title,body]) and data.label_column=<column>.")

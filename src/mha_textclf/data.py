@@ -146,7 +146,10 @@ def _load(path: str, name: str | None) -> dict:
             return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
         if local.exists():
             (builder, options), files = _local_files(local)
-            return dict(datasets.load_dataset(builder, data_files=files, **options))
+            # One split at a time: read together, every split takes the first one's columns, so a column missing
+            # from validation.jsonl would come back as nulls (empty texts) instead of being refused.
+            return {split: datasets.load_dataset(builder, data_files={split: paths}, split=split, **options)
+                    for split, paths in files.items()}
         if _looks_like_a_path(path):
             raise UserError(f"data.path={path!r} does not exist. Point data.path at a folder of labelled texts or "
                             f"at {KINDS} (for bbc-news, BBC_NEWS_PATH does the same), or give a Hugging Face hub id "
