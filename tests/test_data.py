@@ -613,3 +613,27 @@ def test_a_label_only_the_validation_split_has_is_refused_naming_it(tmp_path):
     assert str(refused.value) == (
         f"The val split of {str(tmp_path)!r} has label(s) ['2'] that the train split never has; nothing can learn "
         "them. Drop those rows or add training texts for them.")
+
+
+def test_rows_without_text_are_kept_and_counted_per_split_with_the_first_rows_named(tmp_path, caplog):
+    """docs/own-data.md (Columns): "rows with no text (empty, blank or null) are kept, with a warning that counts them
+    per split and names the first few"; a title that is null beside a body is a text."""
+    train = rows(16)
+    for i in (2, 3, 5, 8, 9, 11):
+        train[i]["text"] = (None, "", "  \t")[i % 3]
+    test = rows(4)
+    test[1]["text"] = None
+    folder = write_jsonl(tmp_path / "data", {"train": train, "test": test})
+    with caplog.at_level(logging.WARNING, logger="mha_textclf.data"):
+        corpus = load(folder)
+    said = [r.getMessage() for r in caplog.records if "no text" in r.getMessage()]
+    assert said == [f"The train split of {str(folder)!r} has 6 of 16 rows with no text in ['text'] (rows 2, 3, 5, 8, "
+                    "9, ...): the model sees [CLS] alone for them. Drop them, or name the text with data.text_column.",
+                    f"The test split of {str(folder)!r} has 1 of 4 rows with no text in ['text'] (row 1): the model "
+                    "sees [CLS] alone for them. Drop them, or name the text with data.text_column."]
+    assert len(corpus.train) + len(corpus.val) == 16 and len(corpus.test) == 4
+    titled = [{"title": None if i % 2 else f"title {i}", "body": f"body {i}", "label": i % 2} for i in range(12)]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mha_textclf.data"):
+        load(write_jsonl(tmp_path / "titled", {"train": titled}), text_column=["title", "body"])
+    assert not [r for r in caplog.records if "no text" in r.getMessage()]

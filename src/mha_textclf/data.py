@@ -87,6 +87,13 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
             _check_columns(dataset, columns, settings.label_column, split, path)
     class_names, labels = _classes({s: d for s, d in found.items() if d is not None}, settings.label_column, path)
     splits = {s: Split(_texts(d, columns), labels[s]) for s, d in found.items() if d is not None}
+    for split, part in splits.items():  # rows as read, before any carving, so that the numbers find them
+        empty = [i for i, text in enumerate(part.texts) if not text.strip()]
+        if empty:
+            log.warning(f"The {split} split of {path!r} has {len(empty)} of {len(part)} rows with no text in "
+                        f"{columns} (row{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty[:5]))}"
+                        f"{', ...' if len(empty) > 5 else ''}): the model sees [CLS] alone for them. Drop them, or "
+                        "name the text with data.text_column.")
 
     if "test" not in splits:
         splits["train"], splits["test"] = _carve(splits["train"], settings.test_fraction, TEST_SPLIT_SEED,
