@@ -899,6 +899,23 @@ def test_counts_are_whole_numbers_beside_a_failed_run(tmp_path):
     assert pd.read_csv(tmp_path / "summary.csv", dtype=str)["epochs"].tolist() == ["12", np.nan]
 
 
+def test_a_study_folder_above_its_trials_is_no_run_of_its_own(tmp_path):
+    """docs/search.md: "`scripts/summarize.py outputs/search/<study>` tables the trials". python -m search leaves
+    Hydra's .hydra/ in the study folder, above its trial folders: the summary holds the trials, not the study folder
+    as a failed run ("3 runs (2 ok, 1 failed)", as it once said). A failed trial beside them is still a failed run."""
+    study = tmp_path / "study"
+    (study / ".hydra").mkdir(parents=True)
+    (study / ".hydra" / "config.yaml").write_text("n_trials: 3\n")
+    fake_run(study / "trial_000", seed=0)
+    fake_run(study / "trial_001", seed=1)
+    (study / "trial_002").mkdir()
+    (study / "trial_002" / "error.txt").write_text("boom\n")
+    write_summary(study)
+    rows = md_table((study / "summary.md").read_text(), "## Runs")
+    assert [(r["run folder"], r["status"]) for r in rows] == [("trial_000", "ok"), ("trial_001", "ok"),
+                                                            ("trial_002", "failed")]
+    assert "3 runs (2 ok, 1 failed)" in (study / "summary.md").read_text()
+
 def multirun_config(sweep, job_dir, num, mode=RunMode.MULTIRUN):
     return OmegaConf.create({"hydra": {
         "mode": mode, "runtime": {"output_dir": str(job_dir)}, "job": {"num": num},

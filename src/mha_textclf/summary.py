@@ -39,7 +39,9 @@ def find_runs(folder: Path) -> list[Path]:
     Hydra's .hydra/."""
     marked = {p.parent for name in ("metrics.json", "config.yaml", "error.txt", ".hydra") for p in folder.rglob(name)
               if p.parent.name != ".hydra"}
-    return sorted(marked, key=lambda p: (len(p.relative_to(folder).parts), _job_number(p), str(p)))
+    # Runs do not nest: a folder above runs is a sweep or a study, even where Hydra left its .hydra/ (a study's).
+    runs = {p for p in marked if not any(p in other.parents for other in marked)}
+    return sorted(runs, key=lambda p: (len(p.relative_to(folder).parts), _job_number(p), str(p)))
 
 
 def _job_number(run_dir: Path) -> int:
