@@ -916,6 +916,20 @@ def test_a_study_folder_above_its_trials_is_no_run_of_its_own(tmp_path):
                                                             ("trial_002", "failed")]
     assert "3 runs (2 ok, 1 failed)" in (study / "summary.md").read_text()
 
+def test_summary_md_shows_a_drawn_setting_to_4_significant_digits_and_summary_csv_every_digit(tmp_path):
+    """docs/comparing.md: summary.csv's setting columns are "read from each run's config.yaml, with every digit;
+    summary.md shows a long number, such as a learning rate a search drew, to 4 significant digits"."""
+    drawn = [0.11587950184865041, 0.0010005268542378305, 0.25]
+    for i, value in enumerate(drawn):
+        fake_run(tmp_path / f"{i}_run", seed=i, model__dropout=value)
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    shown = ["0.1159", "0.001001", "0.25"]
+    assert [r["model.dropout"] for r in md_table(text, "## Runs")] == shown
+    assert sorted(r["model.dropout"] for r in md_table(text, "## By dataset")) == sorted(shown)
+    assert sorted(r["model.dropout"] for r in md_table(text, "## The answer")) == sorted(shown)
+    assert pd.read_csv(tmp_path / "summary.csv")["model.dropout"].tolist() == drawn
+
 def multirun_config(sweep, job_dir, num, mode=RunMode.MULTIRUN):
     return OmegaConf.create({"hydra": {
         "mode": mode, "runtime": {"output_dir": str(job_dir)}, "job": {"num": num},

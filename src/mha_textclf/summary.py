@@ -235,7 +235,18 @@ def _times(ratio: float) -> str:
 
 
 def _variant_label(row, settings: list[str]) -> dict[str, str]:
-    return {"model": row["model"], "pe": "" if row["pe"] == "None" else row["pe"], **{c: row[c] for c in settings}}
+    return {"model": row["model"], "pe": "" if row["pe"] == "None" else row["pe"],
+            **{c: setting_text(row[c]) for c in settings}}
+
+
+def setting_text(value: str) -> str:
+    """A setting as the Markdown tables show it: a number a search drew (0.011587950184865041) to 4 significant
+    digits, anything typed short (3e-3, 0.75, 128, [title, body]) as it is. summary.csv keeps every digit."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value
+    return value if len(str(value)) <= 8 or number.is_integer() else f"{number:.4g}"
 
 
 def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
@@ -400,7 +411,7 @@ def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
 
     levels = [c.removesuffix("_count") for c in groups.columns if c.startswith(SECONDS_TO) and c.endswith("_count")]
     times = {f"s to val acc {c.removeprefix(SECONDS_TO)}": reached(c) for c in levels}
-    settings = {c: groups[c] for c in settings}
+    settings = {c: groups[c].map(setting_text) for c in settings}
     return pd.DataFrame({
         "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"].replace("None", ""), **settings,
         "runs": groups["runs"], "seeds": groups["seeds"],
@@ -433,6 +444,8 @@ def _readable_runs(runs: pd.DataFrame) -> pd.DataFrame:
         if column in shown:
             shown[column] = shown[column].map(fmt(",.0f"))
     shown["pe"] = shown["pe"].map(lambda v: "" if v is None or pd.isna(v) else str(v))
+    for column in setting_columns(runs):
+        shown[column] = shown[column].map(setting_text)
     return shown.rename(columns={
         "val_accuracy": "val accuracy", "val_macro_f1": "val macro-F1", "test_accuracy": "test accuracy",
         "test_macro_f1": "test macro-F1", "train_seconds": "train s", "job_seconds": "job s",
