@@ -287,6 +287,28 @@ def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monk
     assert probe["probabilities"]["c b a"] == pytest.approx({"neg": 0.2, "pos": 0.8})
 
 
+def test_a_file_of_more_texts_than_one_batch_gets_each_row_for_its_own_text_in_the_file_s_order(runs, tmp_path):
+    """docs/predict.md: "python -m predict run_dir=... file=texts.txt out=predictions.csv  # one text per line"
+    "prints one row per text: the probability of each class ... and the predicted class": a file of 150 texts (more
+    than a batch of predict_proba holds) gets its rows in the file's order, each what the model says of that text
+    alone, whatever batch it was in."""
+    import random
+
+    words = ["the", "minister", "said", "striker", "scored", "twice", "market", "shares", "fell", "film", "music",
+             "election", "court", "goal"]
+    lines = [" ".join(random.Random(i).choices(words, k=2 + i % 17)) for i in range(150)]
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(lines) + "\n")
+    table = predict(settings_for(f"run_dir={runs[True]}", f"file={texts}", f"out={tmp_path / 'out.csv'}",
+                                 app="predict"))
+    assert table["text"].tolist() == lines
+    run = load_run(runs[True])
+    expected = logits_one_by_one(run.model, run.tokenizer, lines).softmax(-1).numpy()
+    assert np.abs(expected - expected.mean(axis=0)).max() > 1e-4  # (texts the model tells apart)
+    np.testing.assert_allclose(table[run.class_names].to_numpy(), expected, atol=1e-6)
+    assert table["predicted"].tolist() == [run.class_names[i] for i in expected.argmax(axis=1)]
+
+
 def test_a_file_s_blank_lines_are_skipped_spaces_and_tabs_only_included(tmp_path):
     """python -m predict --help, file: "a text file, one text per line (blank lines skipped)": a line of spaces or a
     tab is blank too, and skipped, not a text refused as empty; every other line is a text as it is, after the texts
