@@ -249,6 +249,30 @@ class FailsAtLog(Recorder):
         raise ConnectionError("the tracking server went away")
 
 
+def test_mlflow_holds_every_step_of_a_run_longer_than_one_batch_of_metrics(tmp_path):
+    """docs/tracking.md: each logger records "the training loss and learning rate of every step (train/loss,
+    train/lr)": MLflow, which gets them in batches, holds all 600 steps of a run (1200 values, as 12 epochs of 50
+    steps give: more than one batch), each under its step, the final metrics under step 0, and nothing twice."""
+    from mlflow import MlflowClient
+
+    from mha_textclf.tracking import MLflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MLflowTracker(uri, "long", "run")
+    tracker.start({"trainer.epochs": "12"}, {"model": "efficient"})
+    steps = range(1, 601)
+    for step in steps:
+        tracker.log({"train/loss": 1 / step, "train/lr": step * 1e-6}, step)
+    tracker.finish({"final/val_accuracy": 0.5}, None, "FINISHED")
+    client = MlflowClient(uri)
+    history = {name: sorted((m.step, m.value) for m in client.get_metric_history(tracker.run_id, name))
+               for name in ("train/loss", "train/lr", "final/val_accuracy")}
+    assert history["train/loss"] == [(step, pytest.approx(1 / step)) for step in steps]
+    assert history["train/lr"] == [(step, pytest.approx(step * 1e-6)) for step in steps]
+    assert history["final/val_accuracy"] == [(0, 0.5)]
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+
+
 def test_a_tracker_that_fails_only_warns_and_the_run_counts(data_dir, tmp_path, monkeypatch, caplog):
     """The run folder is the record: a tracker failing while finishing only warns (the others still finish), one
     failing while logging stops logging (the others go on), and the run ends as if nothing had happened."""
