@@ -4,15 +4,17 @@ Most mistakes are checked in-process (test_settings.py, test_data.py); these few
 check before Hydra, Hydra's own errors, errors found while loading data, and predict.
 """
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
+import commands
 import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
-from conftest import compose_config, fingerprint, run_cli, write_jsonl
+from conftest import REPO, compose_config, fingerprint, run_cli, write_jsonl
 from mha_textclf import cli
 from mha_textclf.errors import RunFolderError, UserError
 
@@ -132,6 +134,18 @@ def test_a_mistake_is_answered_before_torch_is_imported(module):
     checks the command line before it imports the pipeline."""
     result = run_cli(module, "modle=naive", env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 2 and "modle is not a setting" in result.stderr
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and not imported & {"torch", "transformers", "sklearn", "pandas", "matplotlib"}
+
+
+def test_the_baseline_script_answers_a_mistake_before_scikit_learn_and_torch_are_imported():
+    """docs/development.md: "Only the entry points (`train`, `predict`, `search`, `scripts/baseline_tfidf.py`) ...
+    see Hydra", and "The entry points import the pipeline only after the command line is checked, so a mistake is
+    answered in under a second ...; a test keeps it so": the fourth entry point too, typed as a script."""
+    result = commands.run(["scripts/baseline_tfidf.py", "modle=naive"], cwd=REPO,
+                          env=os.environ | {"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 2 and "modle is not a setting" in result.stderr
+    assert "python scripts/baseline_tfidf.py --help" in result.stderr  # its own help, not train's
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "hydra" in imported and not imported & {"torch", "transformers", "sklearn", "pandas", "matplotlib"}
 
