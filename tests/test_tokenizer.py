@@ -260,6 +260,35 @@ def test_fresh_processes_learn_the_same_files_and_build_one_cache_entry_safely(t
     assert len(tok.load_tokenizer(tmp_path / "shared" / entries[0], 64)) == 300
 
 
+def test_a_cache_entry_is_written_under_a_private_name_and_appears_only_whole(tmp_path, monkeypatch):
+    """docs/comparing.md (Threads): "The tokenizer cache is safe when parallel jobs build it at the same moment: each
+    builds under a private name and renames it into place." While the tokenizer's files are written, the entry's own
+    name does not exist, so a job that looks for it finds none or a whole one; then it is there, and nothing else."""
+    texts = ["the cat sat on the mat", "a dog sat on a log"] * 5
+    settings = TokenizerSettings(vocab_size=60, cache_dir=str(tmp_path))
+    entry = tmp_path / tok.cache_key(texts, 60, None)
+    saved, real_train = [], tok.train_tokenizer
+
+    def train(*args, **kwargs):
+        tokenizer = real_train(*args, **kwargs)
+        real_save = tokenizer.save_pretrained
+
+        def save(folder, *args, **kwargs):
+            result = real_save(folder, *args, **kwargs)
+            saved.append((Path(folder), entry.exists()))  # its files all written: is the entry visible yet?
+            return result
+
+        tokenizer.save_pretrained = save
+        return tokenizer
+
+    monkeypatch.setattr(tok, "train_tokenizer", train)
+    tokenizer = tok.get_tokenizer(texts, settings, max_length=64)
+    ((folder, visible),) = saved
+    assert folder.parent == tmp_path and folder != entry and not visible
+    assert os.listdir(tmp_path) == [entry.name] and not folder.exists()  # renamed into place, no leftovers
+    assert tok.load_tokenizer(entry, 64).get_vocab() == tokenizer.get_vocab()  # the entry is the whole tokenizer
+
+
 def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts, minilm_dir, tmp_path):
     copy = tmp_path / "minilm"
     shutil.copytree(minilm_dir, copy)
