@@ -167,6 +167,23 @@ def test_the_tokenizer_is_learned_on_the_training_texts_only(smoke_run):
     assert saved != train_tokenizer(every_text, vocab_size=1000).get_vocab()  # (so that the check can fail)
 
 
+def test_on_a_gpu_every_split_s_batches_come_pinned_and_on_the_cpu_they_do_not(tmp_path):
+    """docs/performance.md: "On a GPU, `device=auto` picks CUDA, batches are pinned and copied without blocking": the
+    loaders train builds for a CUDA device pin their batches' memory, for every split; for the CPU, where pinning
+    buys nothing, none does. (Building a loader touches no GPU, so this runs anywhere.)"""
+    from mha_textclf.tokenizer import train_tokenizer
+
+    rows = {split: [{"text": f"{('red', 'blue')[i % 2]} text {i}", "label": i % 2} for i in range(n)]
+            for split, n in (("train", 16), ("validation", 8), ("test", 8))}
+    settings = settings_for(*SMOKE, f"data.path={write_jsonl(tmp_path / 'data', rows)}")
+    corpus = load_corpus(settings.data, settings.seed)
+    tokenizer = train_tokenizer(corpus.train.texts, vocab_size=60)
+    for device, pinned in (("cuda", True), ("cuda:0", True), ("cpu", False)):
+        loaders = train_module.make_loaders(settings, corpus, tokenizer, torch.device(device))
+        assert sorted(loaders) == ["test", "train", "val"]
+        assert {name: loader.pin_memory for name, loader in loaders.items()} == dict.fromkeys(loaders, pinned), device
+
+
 class StopAfterBuildingError(Exception):
     """Ends a run once its loaders and model are built: what the settings decided is seen before any training."""
 
