@@ -151,6 +151,27 @@ def test_balanced_class_weights_are_n_texts_over_n_classes_times_the_class_count
         compute_class_weight("balanced", classes=np.array([0, 1, 3]), y=labels) * 3 / 4)  # sklearn's, over 3 classes
 
 
+def test_every_batch_goes_to_the_device_without_blocking_in_training_and_in_validation(monkeypatch):
+    """docs/performance.md: "On a GPU, ... batches are pinned and copied without blocking": each batch's token ids,
+    padding mask and labels move with non_blocking=True, the training batches and the validation batches alike (a
+    copy from pinned memory then overlaps the GPU's work; on the CPU it is the same copy)."""
+    moved, real_to = [], torch.Tensor.to
+
+    def to(tensor, *args, **kwargs):
+        if args and args[0] == CPU:  # a copy to the run's device
+            moved.append((tensor.dtype, tuple(tensor.shape), kwargs.get("non_blocking", False)))
+        return real_to(tensor, *args, **kwargs)
+
+    ids, labels = toy_problem(n=12)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    fit(model(), make_loader(ids, labels, 4, 0), make_loader(ids, labels, 6, 0), plain_trainer(epochs=1), CPU)
+    batches = [(dtype, shape, blocking) for dtype, shape, blocking in moved if dtype in (torch.long, torch.bool)]
+    labels_moved = [shape for dtype, shape, _ in batches if dtype == torch.long and len(shape) == 1]
+    assert labels_moved == [(4,)] * 3 + [(6,)] * 2  # 3 training batches, then 2 validation batches
+    assert len(batches) == 3 * len(labels_moved)  # each with its ids and padding mask
+    assert all(non_blocking for _, _, non_blocking in batches), batches
+
+
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(UserError, match="not a device name"):
         resolve_device("tpu")
