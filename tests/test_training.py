@@ -178,6 +178,15 @@ def test_unknown_device_is_a_clear_error():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@pytest.mark.parametrize("available", [True, False])
+def test_device_auto_picks_cuda_where_pytorch_sees_a_gpu_and_the_cpu_elsewhere(available, monkeypatch):
+    """docs/performance.md: "On a GPU, `device=auto` picks CUDA"; --help: device "auto (CUDA when available)". Both
+    answers, whatever this machine has (asked of torch.cuda.is_available, which is all auto may ask)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    assert resolve_device("auto") == torch.device("cuda" if available else "cpu")
+    assert resolve_device("cpu") == CPU  # an explicit cpu stays the CPU on a GPU machine too
+
+
 @pytest.mark.parametrize("name", ["cuda", "cuda:1"])
 def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monkeypatch):
     """docs/runs.md, When things go wrong: `device=cuda` without a GPU says "PyTorch sees no CUDA GPU; use device=cpu
