@@ -228,6 +228,28 @@ def test_the_benchmark_measures_the_documented_sizes(argv, expected, tmp_path, m
     assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", out.name)
 
 
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_benchmark_measures_the_cpu_and_cuda_where_pytorch_sees_a_gpu(gpu, tmp_path, monkeypatch):
+    """scripts/benchmark.py --help: `--devices` "default: cpu, plus cuda when available"; docs/performance.md: "The
+    benchmark adds a CUDA panel ... when a GPU is present". Both answers, whatever this machine has."""
+    import torch
+
+    from mha_textclf import benchmark
+
+    asked = {}
+
+    def run(seq_lens, B, devices, repeats, memory_budget_gb):
+        asked["devices"] = devices
+        raise MeasuredError
+
+    monkeypatch.setattr(benchmark, "run", run)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args: "a GPU")  # named in the machine line
+    with pytest.raises(MeasuredError):
+        load_script("benchmark").main(["--out", str(tmp_path)])
+    assert asked["devices"] == (["cpu", "cuda"] if gpu else ["cpu"])
+
+
 @pytest.fixture(scope="module")
 def ran(data_dir, tmp_path_factory):
     """Both scripts, side by side (each spends seconds importing; this machine has two cores)."""
