@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mha_textclf import cli
+
 PREPARATION = ("data", "tokenizer", "encode")  # the stages a trial can reuse from the worker's earlier trials
 
 
@@ -50,6 +52,10 @@ def preparation_seconds(study_dir: Path) -> tuple[list[float], list[float]]:
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(f"{__doc__}\nEvery setting, its default and meaning: python -m search --help")
+        return 0
+    cli.check_command_line("search", argv)  # a mistake: one message, exit 2, before any study is removed or run
     with tempfile.TemporaryDirectory() as warmup:  # the tokenizer into the disk cache, as an earlier run leaves it
         subprocess.run([sys.executable, "-m", "train", "model.cls_only=true", "trainer.epochs=1",
                         f"hydra.run.dir={warmup}"], check=True, stdout=subprocess.DEVNULL)

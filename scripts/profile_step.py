@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mha_textclf import cli
+from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
 from mha_textclf.pipeline import (
     adapt_to_corpus,
@@ -24,7 +25,7 @@ from mha_textclf.pipeline import (
     make_loaders,
     vocabulary_size,
 )
-from mha_textclf.settings import BY_TEXT_LENGTH
+from mha_textclf.settings import BY_TEXT_LENGTH, TrainSettings
 from mha_textclf.tokenizer import get_tokenizer
 from mha_textclf.training import seed_everything
 
@@ -40,7 +41,18 @@ def step(model: TextClassifier, optimizer: torch.optim.Optimizer, batch: dict) -
 
 
 def main(argv: list[str]) -> int:
-    settings = cli.compose_settings("train", argv)
+    if {"-h", "--help"} & set(argv):
+        print(f"{__doc__}\nEvery setting, its default and meaning: python -m train --help")
+        return 0
+    cli.check_command_line("train", argv)  # a mistake in the settings: one message, exit 2
+    try:
+        return profile_steps(cli.compose_settings("train", argv))
+    except UserError as e:  # data that cannot be read, ...: what to do, without a traceback
+        print(e, file=sys.stderr)
+        return 1
+
+
+def profile_steps(settings: TrainSettings) -> int:
     seed_everything(settings.seed)
     corpus = load_data(settings)  # as train does: the same batches, the same model
     # What a corpus decides (settings left null), as train decides it, so that this is the model train would build.

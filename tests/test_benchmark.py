@@ -287,6 +287,23 @@ def test_profile_step_compares_the_masked_and_the_compacted_step(ran):
     assert result.stdout.count("| operator | calls per step | self ms per step | share |") == 2
 
 
+def test_profile_step_answers_help_a_mistake_and_unreadable_data_without_profiling_or_a_traceback(monkeypatch, capsys,
+                                                                                                  tmp_path):
+    """docs/development.md: "UserError is reported without a traceback", and every command answers --help:
+    profile_step.py prints its usage, a misspelt setting gets the train command's one message and exit 2, data it
+    cannot read its UserError's advice and exit 1, none of them after profiling a step."""
+    script = load_script("profile_step")
+    monkeypatch.setattr(script, "profile_steps", lambda settings: pytest.fail("profiled"))
+    assert script.main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith(script.__doc__)
+    with pytest.raises(SystemExit) as exited:
+        script.main(["modle=naive"])
+    assert exited.value.code == 2 and "did you mean model=naive?" in capsys.readouterr().err
+    monkeypatch.setattr(script, "profile_steps", load_script("profile_step").profile_steps)
+    assert script.main([f"data.path={tmp_path / 'nowhere'}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"data.path={str(tmp_path / 'nowhere')!r} does not exist.") and "Traceback" not in err
+
 def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_batches(data_dir, monkeypatch, capsys):
     """docs/performance.md: profile_step.py profiles one training step both ways on the same batches: the masked
     computation (compact off), then compaction, each after the same warm-up steps; each table lists the operators

@@ -481,6 +481,19 @@ def test_the_accuracy_space_is_the_documented_one():
     assert (unpruned.train, unpruned.params) == (settings.train, settings.params)
 
 
+def test_measure_search_answers_help_and_a_mistake_before_it_removes_or_starts_anything(monkeypatch, capsys):
+    """scripts/measure_search.py removes outputs/search/measure_<n>_workers and runs studies: --help prints its usage
+    and a misspelt setting gets search's one message (exit 2), neither of them after a subprocess was started."""
+    script = load_script("measure_search")
+    for name in ("run", "Popen"):
+        monkeypatch.setattr(script.subprocess, name, lambda *a, **k: pytest.fail("started a process"))
+    monkeypatch.setattr(script.shutil, "rmtree", lambda *a, **k: pytest.fail("removed a study"))
+    assert script.main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith(script.__doc__)
+    with pytest.raises(SystemExit) as exited:
+        script.main(["n_trails=3"])
+    assert exited.value.code == 2 and "n_trails is not a setting; did you mean n_trials" in capsys.readouterr().err
+
 def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
     """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
     built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
