@@ -519,6 +519,45 @@ def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_bu
     assert built == pytest.approx([7.0]) and reused == pytest.approx([0.07])
 
 
+def test_measure_search_runs_each_study_with_one_thread_per_worker_and_counts_pruned_trials_as_finished(
+        tmp_path, monkeypatch, capsys):
+    """docs/search.md ("Measured"): "on this machine (2 cores, one thread per worker) ... by `python
+    scripts/measure_search.py n_trials=8`", a table of "workers | wall | finished trials (pruned) | best val accuracy
+    (trial)" for 1 worker, then 2, where finished trials are "complete or pruned"; the script's docstring: "the same
+    study run by one worker and by two ..., one torch thread each", "the tokenizer is learned once beforehand". The
+    workers are stand-ins that leave a study's best.json and trials.csv (round 17: a worker's command without
+    num_threads=1, and finished trials counted without the pruned ones, both passed)."""
+    script = load_script("measure_search")
+    monkeypatch.chdir(tmp_path)
+    started = []  # ("warm-up" | "worker", command), in order
+
+    class Worker:  # what python -m search leaves in its study's folder
+        def __init__(self, command, stdout=None):
+            started.append(("worker", command))
+            study = next(a.removeprefix("study=") for a in command if a.startswith("study="))
+            study_dir = tmp_path / "outputs" / "search" / study
+            study_dir.mkdir(parents=True, exist_ok=True)
+            (study_dir / "best.json").write_text(json.dumps(
+                {"best_trial": 0, "val_accuracy": 0.9642, "trials": {"complete": 5, "pruned": 3, "fail": 1}}))
+            (study_dir / "trials.csv").write_text("number,state,duration\n0,COMPLETE,0 days 00:00:15.800000\n")
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(script.subprocess, "run", lambda command, **kwargs: started.append(("warm-up", command)))
+    monkeypatch.setattr(script.subprocess, "Popen", Worker)
+    monkeypatch.setattr(script, "preparation_seconds", lambda study_dir: ([2.83], [0.0]))
+    assert script.main(["n_trials=8"]) == 0
+    assert [kind for kind, _ in started] == ["warm-up", "worker", "worker", "worker"]  # the tokenizer first, 1 then 2
+    for _, command in started[1:]:
+        assert command[1:3] == ["-m", "search"] and "num_threads=1" in command and command[-1] == "n_trials=8"
+    studies = [next(a for a in command if a.startswith("study=")) for _, command in started[1:]]
+    assert studies == ["study=measure_1_workers", "study=measure_2_workers", "study=measure_2_workers"]
+    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| [12] \|", line)]
+    assert [re.sub(r"\| \d+ s \|", "| <wall> |", row) for row in rows] == [
+        "| 1 | <wall> | 8 (3) | 0.9642 (0) |", "| 2 | <wall> | 8 (3) | 0.9642 (0) |"]  # 5 complete + 3 pruned
+
+
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
     from mha_textclf.tuning import run_search
 
