@@ -1,5 +1,6 @@
 """The training loop on synthetic data: precision, divergence, devices."""
 
+import io
 import itertools
 import os
 import signal
@@ -80,6 +81,33 @@ def test_fit_learns_the_toy_problem(precision):
     assert len(result.history) == 15 and result.interrupted is None
     assert result.history[-1]["train_loss"] < 0.5 * result.history[0]["train_loss"]
     assert result.history[-1]["val_accuracy"] >= 0.9
+
+
+class Terminal(io.StringIO):
+    """What a progress bar writes to, as a terminal would take it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_training_bar_shows_on_a_terminal_and_not_in_a_redirected_log(monkeypatch):
+    """docs/own-data.md (Scale): "Stages that take more than a couple of seconds show a progress bar (on a terminal;
+    not in a redirected log)"; training.py: "disable=None: a bar on a terminal only; redirected to a file, its redraws
+    would bury the log". Each epoch's bar, drawn at once here, is on a terminal and nothing is written into a file
+    (round 17: a bar forced on with disable=False passed; the tokenizer's bars have their own test)."""
+    real_tqdm = training.tqdm
+    ids, labels = toy_problem(n=16)
+    for stream in (Terminal(), io.StringIO()):
+        def drawn(*args, stream=stream, **kwargs):  # the bar asked for, shown at once, on this stream
+            return real_tqdm(*args, file=stream, mininterval=0, **kwargs)
+
+        monkeypatch.setattr(training, "tqdm", drawn)
+        fit(model(), *seeded_loaders(ids, labels), plain_trainer(epochs=2), CPU)
+        written = stream.getvalue()
+        if stream.isatty():
+            assert "epoch 1/2" in written and "epoch 2/2" in written, written
+        else:
+            assert written == ""
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16)])
