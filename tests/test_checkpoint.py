@@ -140,3 +140,34 @@ def test_training_state_restores_rng_and_optimizer(tmp_path):
     for a, b in zip(model.parameters(), other.parameters(), strict=True):
         assert torch.equal(a, b)
     assert other_optimizer.state_dict()["state"][0]["step"] == 1
+
+
+def test_a_gpu_run_s_training_state_keeps_its_cuda_rng_states_and_restores_them_where_a_gpu_is(tmp_path,
+                                                                                                 monkeypatch):
+    """docs/runs.md: `last.pt` holds the "RNG states", so that a continued run draws what the uninterrupted one would:
+    on a GPU, CUDA's generators too (dropout draws there). Faked here: torch.cuda says a GPU is present and hands out
+    two devices' states; last.pt must hold them, and restoring must hand them back to CUDA, where a GPU is, and skip
+    them on a CPU-only machine, where the same file must still resume."""
+    cuda_states = [torch.arange(16, dtype=torch.uint8), torch.arange(16, 32, dtype=torch.uint8)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [s.clone() for s in cuda_states])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: restored.append([s.clone() for s in states]))
+    model = build()
+    optimizer = torch.optim.AdamW(model.parameters())
+    ckpt.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer, scheduler=scheduler(optimizer),
+                             loader_generator=torch.Generator(), epoch=1, history=[], best={}, metadata={})
+    state = ckpt.load_training_state(tmp_path / "last.pt")
+    assert [s.tolist() for s in state["rng"]["cuda"]] == [s.tolist() for s in cuda_states]
+
+    def restore():
+        other = build()
+        other_optimizer = torch.optim.AdamW(other.parameters())
+        ckpt.restore_training_state(state, model=other, optimizer=other_optimizer,
+                                    scheduler=scheduler(other_optimizer), loader_generator=torch.Generator())
+
+    restore()
+    assert [[s.tolist() for s in states] for states in restored] == [[s.tolist() for s in cuda_states]]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same file on a CPU-only machine
+    restore()
+    assert len(restored) == 1
