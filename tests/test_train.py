@@ -275,6 +275,39 @@ def test_each_stage_records_its_own_seconds_and_the_peak_memory_within_it():
     assert large["peak_memory_mb"] - small["peak_memory_mb"] > 150
 
 
+def test_on_a_gpu_each_stage_also_records_the_most_torch_allocated_there_within_it(monkeypatch):
+    """docs/comparing.md: peak memory while training is the process's peak RSS from `stages.fit` "and CUDA's peak
+    allocation on a GPU" (`peak_cuda_mb`, Stages' docstring: "on a GPU, also the most torch allocated there"). Faked:
+    torch.cuda's counters for a stage that allocates 300 MiB on the GPU and frees them, then one that allocates
+    nothing; each stage has its own CUDA peak beside its peak RSS, and a CPU run's stages have none."""
+    mib = 2**20
+    cuda = {"now": 50 * mib, "peak": 50 * mib, "resets": 0}
+
+    def reset_peak_memory_stats(device=None):
+        cuda["peak"], cuda["resets"] = cuda["now"], cuda["resets"] + 1
+
+    def allocate(n_bytes):
+        cuda["now"] += n_bytes
+        cuda["peak"] = max(cuda["peak"], cuda["now"])
+
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset_peak_memory_stats)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: cuda["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: cuda["peak"])
+    stage = train_module.Stages(torch.device("cuda"))
+    with stage("large"):
+        allocate(300 * mib)
+        allocate(-300 * mib)
+    with stage("small"):
+        pass
+    assert cuda["resets"] == 2  # a fresh CUDA peak for each stage
+    assert stage.record["large"]["peak_cuda_mb"] == 350.0 and stage.record["small"]["peak_cuda_mb"] == 50.0
+    assert all(record["peak_memory_mb"] > 0 for record in stage.record.values())  # the process's RSS as well
+    cpu_stage = train_module.Stages(torch.device("cpu"))
+    with cpu_stage("fit"):
+        pass
+    assert set(cpu_stage.record["fit"]) == {"seconds", "peak_memory_mb"}
+
+
 def test_the_time_to_accuracy_setting_chooses_the_levels(tmp_path, data_dir):
     """docs/performance.md: the top-level setting `time_to_accuracy` chooses the levels metrics.json reports."""
     metrics = train_in_process(tmp_path, *SMOKE, "probes.attention=[]", "probes.order=[]",
