@@ -131,6 +131,41 @@ def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
     assert row["peak_mb"] == 30.0
 
 
+def test_on_cuda_every_timed_step_is_synchronised_before_the_clock_and_memory_is_max_memory_allocated(monkeypatch):
+    """docs/performance.md: "The benchmark adds a CUDA panel (synchronised, `max_memory_allocated`)" and "Peak memory
+    is ... `max_memory_allocated` on CUDA". Faked: torch.cuda's synchronize and memory counters, asked with a CUDA
+    device (GPU kernels are queued, so a clock read before synchronising times the queueing alone); and the order of
+    a case's steps, synchronisations and clock reads, recorded on the CPU."""
+    import time
+
+    import torch
+
+    from mha_textclf import benchmark
+
+    asked, mib = [], 2**20
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: asked.append(("synchronize", device)))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: asked.append(("reset", device)))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 100 * mib)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 160 * mib)
+    benchmark._sync(cuda)
+    assert benchmark.reset_peak_memory(cuda) == 100.0 and benchmark.peak_memory_mb(cuda) == 160.0
+    assert asked == [("synchronize", cuda), ("reset", cuda)]
+
+    calls, real_build, real_clock = [], benchmark.build_attention, time.perf_counter
+
+    def build(*args, **kwargs):
+        layer = real_build(*args, **kwargs)
+        layer.register_forward_hook(lambda *_: calls.append("step"))
+        return layer
+
+    monkeypatch.setattr(benchmark, "build_attention", build)
+    monkeypatch.setattr(benchmark, "_sync", lambda device: calls.append("sync"))
+    monkeypatch.setattr(benchmark.time, "perf_counter", lambda: calls.append("clock") or real_clock())
+    benchmark.measure(Case("efficient", "full", T=8, B=2, d_model=8, n_heads=2, repeats=2))
+    assert calls == ["sync", "step", "sync"] + ["clock", "step", "sync", "clock"] * 2
+
+
 def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypatch):
     """run() hands each case (variant × mode × T) to the fresh-process runner, never measures one itself; and the
     naive case past the memory budget is skipped."""
