@@ -133,6 +133,23 @@ def test_bf16_computes_the_model_in_bfloat16_and_the_loss_in_float32(precision, 
     assert set(losses) == {torch.float32}
 
 
+@pytest.mark.parametrize(("precision", "on"), [("bf16", True), ("fp32", False)])
+def test_on_a_gpu_bf16_autocasts_on_cuda_itself(precision, on, monkeypatch):
+    """docs/performance.md: "On a GPU, ... `trainer.precision=bf16` autocasts"; --help: "bf16 autocasts matmuls to
+    bfloat16 (for CUDA; ...)". Autocast is per device type: the CPU's would leave a GPU's matmuls in float32. Faked: a
+    GPU that torch.cuda says is present and supports bfloat16; training.autocast for a CUDA device turns on CUDA's
+    autocast to bfloat16 with bf16, and nothing with fp32."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    for device in (torch.device("cuda"), torch.device("cuda:0")):
+        with training.autocast(device, precision):
+            assert torch.is_autocast_enabled("cuda") == on
+            assert not torch.is_autocast_enabled("cpu")
+            if on:
+                assert torch.get_autocast_dtype("cuda") == torch.bfloat16
+    assert not torch.is_autocast_enabled("cuda")
+
+
 def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     ids, labels = toy_problem()
     net = model()
