@@ -402,6 +402,23 @@ def test_parallel_jobs_share_the_cores(launcher, expected):
     assert launcher_threads(OmegaConf.create(launcher)) == expected(os.cpu_count() or 1)
 
 
+@pytest.mark.parametrize(("cores", "n_jobs", "threads"), [
+    (16, 3, 5), (16, 4, 4), (6, 4, 1), (16, 32, 1),  # cores // n_jobs, rounded down, at least one
+    (16, -1, 1), (16, -15, 8), (16, -16, 16),  # joblib's negatives: -1 as many jobs as cores, -2 all but one, ...
+])
+def test_joblib_jobs_take_the_cores_divided_among_them_rounded_down(cores, n_jobs, threads, monkeypatch):
+    """docs/comparing.md (Threads): "Under the joblib launcher each job uses `cores // n_jobs` torch threads
+    (`n_jobs=-1`, joblib's default, means one thread per job)": rounded down, so that the jobs never take more threads
+    than the machine has cores. Asked of machines larger than this one (a patched os.cpu_count), where the rounding
+    shows."""
+    from omegaconf import OmegaConf
+
+    from train import launcher_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert launcher_threads(OmegaConf.create({"n_jobs": n_jobs})) == threads
+
+
 def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path, monkeypatch):
     class ThreadsSetError(Exception):  # stops the run once its threads are set
         pass
