@@ -162,6 +162,22 @@ def test_predict_runs_on_the_cpu_unless_told_otherwise(runs, monkeypatch):
     assert asked == ["cpu", "auto"]
 
 
+def test_predict_loads_the_model_onto_the_device_asked_for_where_a_gpu_is(runs, monkeypatch):
+    """predict --help: device "cpu | cuda | cuda:N | auto"; docs/predict.md: "It runs on the CPU by default
+    (`device=cpu`)". Faked: a machine where torch.cuda says a GPU is present; the model is asked for on the device the
+    setting names (auto: CUDA), the CPU by default, and is then loaded on the CPU here to answer the same table."""
+    from mha_textclf import inference
+
+    asked, real = [], inference.load_checkpoint
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(inference, "load_checkpoint", lambda path, device: asked.append(torch.device(device))
+                        or real(path, "cpu"))
+    tables = [predict(settings_for(f"run_dir={runs[False]}", "text=hello", *device, app="predict"))
+              for device in ([], ["device=cuda"], ["device=cuda:1"], ["device=auto"], ["device=cpu"])]
+    assert asked == [torch.device(d) for d in ("cpu", "cuda", "cuda:1", "cuda", "cpu")]
+    assert all(table.equals(tables[0]) for table in tables)
+
+
 class RunsCode:
     def __init__(self, marker):
         self.marker = marker
