@@ -423,6 +423,24 @@ def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, mon
     assert seen == [2, 2]
 
 
+def test_without_num_threads_a_worker_s_trials_keep_torch_s_default_threads(tmp_path, monkeypatch):
+    """search --help: num_threads "null: torch's default, all cores", the default: a worker alone on a machine uses
+    all of it, so its trials are handed no launcher's share (None), which train leaves to torch (test_train.py)."""
+    seen = []
+
+    def train_recording_threads(settings, run_dir, overrides, threads=None, on_epoch_end=None, **kwargs):
+        seen.append(threads)
+        return fake_trainer(lambda o: [0.5])(overrides, run_dir, on_epoch_end)
+
+    monkeypatch.setattr("mha_textclf.tuning.train", train_recording_threads)
+    settings = settings_for("study=fake", f"storage=sqlite:///{tmp_path / 'optuna.db'}", "n_trials=2",
+                            "pruning=false", app="search")
+    settings.train, settings.params = [], {"trainer.lr": "tag(log, interval(1e-4, 1e-1))"}
+    assert settings.num_threads is None
+    search(settings, tmp_path / "study")
+    assert seen == [None, None]
+
+
 def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, caplog):
     """docs/search.md: each trial "trains into outputs/search/<study>/trial_<n>/, a run folder like any other", and
     a run folder has its train.log (docs/runs.md; scripts/measure_search.py reads the trials' logs): what each trial
