@@ -432,6 +432,28 @@ def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path, m
     assert threads.value.args == (1,)
 
 
+def test_without_trainer_num_threads_torch_keeps_its_threads_or_takes_the_launchers_share(data_dir, tmp_path,
+                                                                                        monkeypatch):
+    """train --help: trainer.num_threads "null: torch's default, or the launcher's share of the cores", the default:
+    a run on its own leaves torch's threads as they were (3 here, set before the run), and a sweep job takes the
+    launcher's share (2), whatever torch had."""
+    class ThreadsSetError(Exception):  # stops the run once its threads are set
+        pass
+
+    def load_data(settings):  # the threads are set by then: no need to train
+        raise ThreadsSetError(torch.get_num_threads())
+
+    monkeypatch.setattr(train_module, "load_data", load_data)
+    try:
+        for before, share, expected in ((3, None, 3), (3, 2, 2)):
+            torch.set_num_threads(before)
+            with pytest.raises(ThreadsSetError) as threads:
+                train_in_process(tmp_path / str(share), *SMOKE, data_dir=data_dir, threads=share)
+            assert threads.value.args == (expected,)
+    finally:
+        torch.set_num_threads(1)  # in-process tests run on one thread (conftest)
+
+
 @pytest.mark.slow
 def test_multirun_variants_agree(data_dir, tmp_path, monkeypatch):
     """Same seed, three variants, with and without PE: the same training trajectory (one function). Run from a
