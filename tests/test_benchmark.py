@@ -223,6 +223,29 @@ def test_ratios_put_each_time_over_the_one_the_docs_name():
                                  "full/cls_only (efficient)": 4.0, "full/cls_only (torch)": 6.25})
 
 
+def test_with_a_gpu_the_plot_adds_a_cuda_panel_and_ratios_keep_each_device_apart():
+    """docs/performance.md: "The benchmark adds a CUDA panel ... when a GPU is present"; benchmark.png has one panel
+    per device, each drawing its own device's times, and ratios.csv puts each time over the same device's (a CUDA
+    run's times here are a tenth of the CPU's, and its efficient/torch ratio another)."""
+    from mha_textclf.benchmark import plot
+
+    ms = {("efficient", "full"): 2.0, ("torch", "full"): 5.0, ("naive", "full"): 8.0,
+          ("efficient", "cls_only"): 0.5, ("torch", "cls_only"): 0.8, ("naive", "cls_only"): 4.0}
+    speed = {"cpu": 1.0, "cuda": 0.1}
+    results = pd.DataFrame([{"device": device, "T": T, "B": 32, "variant": v, "mode": m,
+                             "ms": t * factor * T / 64 * (2.0 if device == "cuda" and v == "efficient" else 1.0)}
+                            for device, factor in speed.items() for T in (64, 128) for (v, m), t in ms.items()])
+    figure = plot(results)
+    assert [ax.get_title() for ax in figure.axes] == ["cpu, B=32", "cuda, B=32"]
+    for ax, factor in zip(figure.axes, speed.values(), strict=True):
+        drawn = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+        assert drawn["torch full"] == pytest.approx([5.0 * factor, 10.0 * factor])
+    table = ratios(results).set_index(["device", "T"])
+    assert list(table.index) == [("cpu", 64), ("cpu", 128), ("cuda", 64), ("cuda", 128)]
+    assert list(table["efficient/torch (full)"]) == pytest.approx([0.4, 0.4, 0.8, 0.8])
+    assert list(table["full/cls_only (torch)"]) == pytest.approx([6.25] * 4)
+
+
 def test_the_naive_memory_estimate_is_the_documented_13_gb_at_t_2048():
     """Its (B, nh, T, T) scores, masked scores and weights: about 13 GB at T=2048 (B=32, 8 heads), which the default
     8 GB budget skips (docs/performance.md), and 3.2 GB at T=1024, which it runs."""
