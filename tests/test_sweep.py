@@ -462,6 +462,22 @@ def test_peak_rss_in_training_is_the_fit_stage_s_not_the_highest_of_the_run(tmp_
     assert variant["peak RSS in training, MB"] == "510 ± 10"
 
 
+def test_peak_cuda_in_training_is_the_fit_stage_s_not_the_highest_of_the_run(tmp_path):
+    """docs/comparing.md: "peak memory while training (the process's peak RSS from `stages.fit` in `metrics.json`,
+    and CUDA's peak allocation on a GPU)": the CUDA column, too, is the training stage's. A GPU run's reports (the
+    test split evaluated, the probes) peak higher here; summary.csv and summary.md show the fit stage's alone: 100,
+    120 and 140 MB over the seeds."""
+    for seed in range(3):
+        fake_run(tmp_path / f"efficient_{seed}", seed=seed, stages={
+            "encode": {"seconds": 1.0, "peak_memory_mb": 900.0, "peak_cuda_mb": 0.0},
+            "fit": {"seconds": 2.0, "peak_memory_mb": 500.0, "peak_cuda_mb": 100.0 + 20 * seed},
+            "reports": {"seconds": 1.0, "peak_memory_mb": 1000.0, "peak_cuda_mb": 700.0}})
+    write_summary(tmp_path)
+    assert pd.read_csv(tmp_path / "summary.csv")["peak_cuda_mb"].tolist() == [100.0, 120.0, 140.0]
+    (variant,) = md_table((tmp_path / "summary.md").read_text(), "## The answer: bbc-news")
+    assert variant["peak CUDA in training, MB"] == "120 ± 20"
+
+
 def test_docs_results_tables_are_the_summarys_own_by_group_and_pe_against_no_pe(tmp_path):
     """docs/results.md: "Mean ± std over seeds 0, 1, 2, as the sweep's `summary.md` gives them", and "pe=True against
     pe=False, paired over the seeds they share, from the same `summary.md`": the page's defaults table has the columns
