@@ -188,6 +188,30 @@ def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypa
     assert len(results) == len(cases) and (results["pct_of_peak"] == 5.0).all()
 
 
+def test_each_device_s_cases_are_put_against_that_device_s_own_matmul_peak(monkeypatch):
+    """benchmark.py's docstring: "Achieved GFLOP/s is put against a matmul peak measured on the same device";
+    docs/performance.md: "The benchmark adds a CUDA panel ... when a GPU is present". With the CPU and CUDA asked for
+    (faked: a GPU whose matmul peak is 10× the CPU's, and cases 10× as fast), each device's peak is measured on it,
+    its cases run on it, and each case's share of the peak is 5%."""
+    from mha_textclf import benchmark
+
+    handed, peak = [], {"cpu": 100.0, "cuda": 1000.0}
+
+    def in_fresh_process(function, *args):
+        handed.append((function, *args))
+        if function is benchmark.matmul_peak_gflops:
+            return peak[args[0]]
+        return {"device": args[0].device, "ms": 1.0, "peak_mb": 0.0, "gflops": peak[args[0].device] / 20}
+
+    monkeypatch.setattr(benchmark, "_in_fresh_process", in_fresh_process)
+    results, peaks = benchmark.run([64], 32, ["cpu", "cuda"], log=lambda line: None)
+    assert [args for function, *args in handed if function is benchmark.matmul_peak_gflops] == [["cpu"], ["cuda"]]
+    assert peaks == peak
+    cases = [args[0] for function, *args in handed if function is not benchmark.matmul_peak_gflops]
+    assert sorted(c.device for c in cases) == ["cpu"] * 6 + ["cuda"] * 6
+    assert sorted(results["device"]) == ["cpu"] * 6 + ["cuda"] * 6 and (results["pct_of_peak"] == 5.0).all()
+
+
 def test_each_case_is_the_documented_layer_of_width_64_with_8_heads_of_size_8(monkeypatch):
     """docs/performance.md: "forward+backward of one attention layer (B=32, C=64, 8 heads of size 8, random padding,
     no compaction ...)", the median over up to 5 steps, at most ~20 s of them: every case run() hands on, and the
