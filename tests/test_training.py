@@ -232,6 +232,14 @@ def test_device_auto_picks_cuda_where_pytorch_sees_a_gpu_and_the_cpu_elsewhere(a
     assert resolve_device("cpu") == CPU  # an explicit cpu stays the CPU on a GPU machine too
 
 
+def test_where_a_gpu_is_cuda_and_cuda_n_name_the_gpu_asked_for(monkeypatch):
+    """train --help: device "auto (CUDA when available) | cpu | cuda | cuda:N": on a machine with GPUs (faked:
+    torch.cuda says one is present), cuda is the current GPU and cuda:N the N-th, not the first."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("cuda") == torch.device("cuda")
+    assert [resolve_device(f"cuda:{n}") for n in (0, 1, 3)] == [torch.device("cuda", n) for n in (0, 1, 3)]
+
+
 @pytest.mark.parametrize("name", ["cuda", "cuda:1"])
 def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monkeypatch):
     """docs/runs.md, When things go wrong: `device=cuda` without a GPU says "PyTorch sees no CUDA GPU; use device=cpu
