@@ -6,6 +6,7 @@ import copy
 import functools
 import hashlib
 import importlib
+import io
 import os
 import re
 import shutil
@@ -102,6 +103,13 @@ def private_caches(tmp_path_factory) -> Path:
     os.environ["HF_HOME"] = str(root / "huggingface")
     os.environ["HF_DATASETS_CACHE"] = str(root / "huggingface" / "datasets")
     return root
+
+
+class Terminal(io.StringIO):
+    """What a progress bar writes to, as a terminal would take it."""
+
+    def isatty(self) -> bool:
+        return True
 
 
 def write_jsonl(folder: Path, rows_by_split: dict[str, list[dict]]) -> Path:

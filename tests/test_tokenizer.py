@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import Terminal
 from mha_textclf import tokenizer as tok
 from mha_textclf.errors import UserError
 from mha_textclf.settings import TokenizerSettings
@@ -331,13 +332,6 @@ def test_texts_are_encoded_a_thousand_at_a_time_into_int32_arrays(trained, train
     assert calls == [1000, 1000, 100]
     assert all(isinstance(row, np.ndarray) and row.dtype == np.int32 for row in ids)
     assert [row.tolist() for row in ids] == trained(texts, truncation=True, max_length=16)["input_ids"]
-
-
-class Terminal(io.StringIO):
-    """What a progress bar writes to, as a terminal would take it."""
-
-    def isatty(self) -> bool:
-        return True
 
 
 def test_progress_bars_show_on_a_terminal_and_not_in_a_redirected_log(monkeypatch):

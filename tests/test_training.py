@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import Terminal
 from mha_textclf import training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import collate, make_loader
@@ -81,13 +82,6 @@ def test_fit_learns_the_toy_problem(precision):
     assert len(result.history) == 15 and result.interrupted is None
     assert result.history[-1]["train_loss"] < 0.5 * result.history[0]["train_loss"]
     assert result.history[-1]["val_accuracy"] >= 0.9
-
-
-class Terminal(io.StringIO):
-    """What a progress bar writes to, as a terminal would take it."""
-
-    def isatty(self) -> bool:
-        return True
 
 
 def test_the_training_bar_shows_on_a_terminal_and_not_in_a_redirected_log(monkeypatch):
