@@ -51,6 +51,18 @@ def test_hydra_sweep_expressions_become_optuna_distributions():
     assert as_override("pe", True) == "pe=true"
 
 
+def test_interval_is_a_float_even_between_whole_numbers_and_only_int_interval_an_int():
+    """docs/search.md: the space is declared "in Hydra's sweep syntax: `interval(a,b)` (a float),
+    `int(interval(a,b))`, `tag(log, interval(a,b))` (log scale)". A float however its ends are written: interval(0, 1)
+    samples the whole range between them, not the two ints 0 and 1."""
+    space = search_space({"model.dropout": "interval(0, 1)", "trainer.lr": "tag(log, interval(1, 100))",
+                          "model.n_heads": "int(interval(1, 8))", "trainer.epochs": "int(tag(log, interval(2, 64)))"})
+    assert space["model.dropout"] == optuna.distributions.FloatDistribution(0.0, 1.0)
+    assert space["trainer.lr"] == optuna.distributions.FloatDistribution(1.0, 100.0, log=True)
+    assert space["model.n_heads"] == optuna.distributions.IntDistribution(1, 8)
+    assert space["trainer.epochs"] == optuna.distributions.IntDistribution(2, 64, log=True)
+
+
 def tiny(tmp_path, data_dir, *extra):
     settings = settings_for("study=tiny", f"storage=sqlite:///{tmp_path / 'optuna.db'}", "n_trials=3",
                             "startup_trials=1", "warmup_epochs=1", *extra, app="search")
