@@ -362,6 +362,18 @@ def test_quick_benchmark_writes_measurements_ratios_and_plot(ran):
 
 
 @pytest.mark.slow
+def test_quick_benchmark_s_ratios_csv_holds_the_ratios_of_its_benchmark_csv_and_nothing_else(ran):
+    """docs/performance.md: the benchmark "writes `benchmark.csv`, `ratios.csv` and `benchmark.png`". ratios.csv is
+    the side-by-side ratios of the times in benchmark.csv, computed again here from that file: one row per device and
+    T, the device, T and the ratio columns alone (no index column pandas would add)."""
+    tmp_path = ran["out"]
+    expected = ratios(pd.read_csv(tmp_path / "benchmark.csv"))
+    written = pd.read_csv(tmp_path / "ratios.csv")
+    assert list(written.columns) == list(expected.columns) == ["device", "T", *expected.columns[2:]]
+    pd.testing.assert_frame_equal(written, expected, check_exact=False, rtol=1e-12)
+
+
+@pytest.mark.slow
 def test_profile_step_compares_the_masked_and_the_compacted_step(ran):
     result = ran["profile"]
     assert result.returncode == 0, result.stderr[-3000:]
