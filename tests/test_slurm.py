@@ -171,3 +171,18 @@ def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, dat
     assert states.count("COMPLETE") + states.count("PRUNED") in (n_trials, n_trials + 1) and "RUNNING" not in states
     assert all(trial_folders_in(log) for log in logs), logs  # both array tasks worked on the study
     assert_reports_describe(study, study_dir)
+
+
+def test_slurm_s_commands_find_the_cluster_without_slurm_conf_through_the_etc_link(slurm_cluster):
+    """docs/cluster.md: "When `/etc/slurm/slurm.conf` does not exist, the script links it to its own config, so Slurm's
+    commands and the launcher find the cluster without `SLURM_CONF`; otherwise export the `SLURM_CONF=...` line it
+    prints." The other tests pass SLURM_CONF, so they would not notice the link missing."""
+    etc, conf = Path("/etc/slurm/slurm.conf"), Path(slurm_cluster.env["SLURM_CONF"])
+    assert etc.exists(), "scripts/slurm_up.sh left /etc/slurm/slurm.conf missing instead of linking its own config"
+    if not etc.is_symlink():
+        return  # the machine's own config was there first and stays; the fixture read the SLURM_CONF line instead
+    assert etc.resolve() == conf.resolve()
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    partitions = subprocess.run(["sinfo", "--noheader", "--format=%R"], env=env, capture_output=True, text=True,
+                                check=True, timeout=60).stdout.split()
+    assert slurm_cluster.partition in partitions
