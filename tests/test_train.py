@@ -419,6 +419,29 @@ def test_joblib_jobs_take_the_cores_divided_among_them_rounded_down(cores, n_job
     assert launcher_threads(OmegaConf.create({"n_jobs": n_jobs})) == threads
 
 
+def test_a_run_and_a_sweep_job_hand_their_sweeper_the_validation_accuracy_not_the_test_accuracy(monkeypatch):
+    """src/train.py, hydra_main: "One run (or sweep job): returns validation accuracy, for sweepers": what a Hydra
+    sweeper optimises is the validation split's accuracy, so that choosing settings never looks at the test split.
+    Asked of hydra_main itself, for a single run and a sweep job, with the job patched to report a validation and a
+    test accuracy that differ (no training needed)."""
+    from types import SimpleNamespace
+
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    import train
+    from mha_textclf import cli
+
+    metrics = SimpleNamespace(val=SimpleNamespace(accuracy=0.75), test=SimpleNamespace(accuracy=0.5),
+                              interrupted_by=None)
+    monkeypatch.setattr(cli, "run_job", lambda job, cfg: metrics)
+    for mode in (RunMode.RUN, RunMode.MULTIRUN):
+        hydra_cfg = OmegaConf.create({"overrides": {"task": ["seed=1"]}, "launcher": {},
+                                      "sweep": {"dir": "outputs/multirun/sweep"}, "mode": mode})
+        monkeypatch.setattr(train.HydraConfig, "get", staticmethod(lambda cfg=hydra_cfg: cfg))
+        assert train.hydra_main.__wrapped__(OmegaConf.create({})) == 0.75
+
+
 def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path, monkeypatch):
     class ThreadsSetError(Exception):  # stops the run once its threads are set
         pass
