@@ -60,6 +60,11 @@ MISTAKES = [
     (["+model.heads=4"], "model.heads is not a setting; did you mean model.n_heads?"),
     (["+trainer.anything=1"], "the trainer settings are epochs, batch_size, lr"),
     (["sed=1"], "sed is not a setting; did you mean seed?"),
+    # cli.py: "names the closest valid keys"; docs/configuration.md: "unknown keys (with the closest valid ones)":
+    # a misspelling close to two keys names both, in its group or without one.
+    (["model.droput=0.1"], "model.droput is not a setting; did you mean model.dropout or model.mlp_dropout?"),
+    (["token_dropout=0.5"], "token_dropout is not a setting; did you mean model.token_dropout or "
+                            "model.token_dropout_keep?"),
     (["modle=naive"], "modle is not a setting or a config group; did you mean model=naive? (model: efficient, naive"),
     (["-m", "dat=bbc_news,reuters_r8"], "did you mean data=bbc_news,reuters_r8?"),
     (["+experimnet=smoke"], "did you mean experiment=smoke?"),
