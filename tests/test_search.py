@@ -588,6 +588,37 @@ def test_measure_search_runs_each_study_with_one_thread_per_worker_and_counts_pr
         "| 1 | <wall> | 8 (3) | 0.9642 (0) |", "| 2 | <wall> | 8 (3) | 0.9642 (0) |"]  # 5 complete + 3 pruned
 
 
+def test_measure_search_removes_an_earlier_measurement_s_study_before_its_workers_start(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """scripts/measure_search.py: "Each study is new (outputs/search/measure_<n>_workers, removed first)": a study
+    left by an earlier measurement would be resumed or extended by the workers (the same command resumes a study),
+    and its trials counted again. Each worker, a stand-in, finds its study's folder without the earlier trial."""
+    script = load_script("measure_search")
+    monkeypatch.chdir(tmp_path)
+    for workers in (1, 2):  # what an earlier measurement left
+        (tmp_path / "outputs" / "search" / f"measure_{workers}_workers" / "trial_000").mkdir(parents=True)
+    found = []  # per worker: the earlier trial was still there
+
+    class Worker:  # what python -m search leaves in its study's folder
+        def __init__(self, command, stdout=None):
+            study = next(a.removeprefix("study=") for a in command if a.startswith("study="))
+            study_dir = tmp_path / "outputs" / "search" / study
+            found.append((study, (study_dir / "trial_000").exists()))
+            study_dir.mkdir(parents=True, exist_ok=True)
+            (study_dir / "best.json").write_text(json.dumps(
+                {"best_trial": 0, "val_accuracy": 0.9, "trials": {"complete": 8}}))
+            (study_dir / "trials.csv").write_text("number,state,duration\n0,COMPLETE,0 days 00:00:15.800000\n")
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(script.subprocess, "run", lambda command, **kwargs: None)
+    monkeypatch.setattr(script.subprocess, "Popen", Worker)
+    monkeypatch.setattr(script, "preparation_seconds", lambda study_dir: ([2.0], [0.0]))
+    assert script.main(["n_trials=8"]) == 0
+    assert found == [("measure_1_workers", False), ("measure_2_workers", False), ("measure_2_workers", False)]
+
+
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
     from mha_textclf.tuning import run_search
 
