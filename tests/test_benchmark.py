@@ -432,13 +432,18 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
 def test_profile_step_builds_the_model_train_builds_where_the_corpus_decides_the_settings(data_dir, monkeypatch,
                                                                                           capsys):
     """With data=own every setting that adapts is left null: the script decides the vocabulary and the settings of
-    long or short texts as train does (bbc-news cut at 128 tokens: long texts), then profiles that model."""
+    long or short texts as train does (bbc-news cut at 128 tokens: long texts), then profiles that model. It takes
+    "any training setting, as for python -m train" (its docstring): docs/performance.md's "For `model=naive` the same
+    profile gives ... (`python scripts/profile_step.py model=naive`)" profiles the naive variant, with PE if asked."""
     script = load_script("profile_step")
     models = []
     monkeypatch.setattr(script, "step", lambda model, optimizer, batch: models.append(model))
-    assert script.main(["experiment=smoke", "trainer.batch_size=4", "data=own", f"data.path={data_dir}"]) == 0
+    assert script.main(["experiment=smoke", "trainer.batch_size=4", "data=own", f"data.path={data_dir}",
+                        "model=naive", "pe=true"]) == 0
     run = settings_for("experiment=smoke", "data=own", f"data.path={data_dir}")
     assert run.model.d_model is None and run.tokenizer.vocab_size is None
+    assert all(type(model.attention) is type(build_attention("naive", 8, 2)) for model in models)  # masked, compacted
+    assert all(model.config.attention == "naive" and model.config.pe is True for model in models)
     config = models[0].config
     assert config.d_model == BY_TEXT_LENGTH["model.d_model"][1]
     assert config.token_dropout == BY_TEXT_LENGTH["model.token_dropout"][1]
