@@ -32,9 +32,9 @@ def slurm(*command: str, env: dict[str, str]) -> str:
                           timeout=60).stdout
 
 
-def on_slurm(cluster) -> list[str]:
-    """A multirun whose runs go to the cluster, one 1-CPU job each."""
-    return ["-m", "hydra/launcher=slurm", f"hydra.launcher.partition={cluster.partition}",
+def on_slurm(cluster, partition: bool = True) -> list[str]:
+    """A multirun whose runs go to the cluster, one 1-CPU job each; without `partition`, to its default partition."""
+    return ["-m", "hydra/launcher=slurm", *[f"hydra.launcher.partition={cluster.partition}"] * partition,
             "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
 
 
@@ -109,12 +109,14 @@ def wait_for_submitit_job(sweep: Path, timeout: float = 120) -> str:
 def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(slurm_cluster, data_dir, tmp_path):
     """Preemption (USR2) and a requeue by the cluster (SIGTERM), each on its own job, both at once (most of the time
     is Slurm's requeue delay): each job continues in place, its sweep ends with its summary, and the run's history
-    is that of the same run never interrupted, every epoch once."""
+    is that of the same run never interrupted, every epoch once. They name no partition: docs/cluster.md, "the
+    cluster's default partition unless hydra.launcher.partition names one"."""
     launchers, sweeps = {}, {}
     for signal_name in INTERRUPTS:
         sweeps[signal_name] = tmp_path / signal_name
         launchers[signal_name] = commands.start(
-            ["-m", "train", *on_slurm(slurm_cluster), *LONG, f"hydra.sweep.dir={sweeps[signal_name]}"], cwd=REPO,
+            ["-m", "train", *on_slurm(slurm_cluster, partition=False), *LONG,
+             f"hydra.sweep.dir={sweeps[signal_name]}"], cwd=REPO,
             env=os.environ | {"BBC_NEWS_PATH": str(data_dir)} | slurm_cluster.env, merge_stderr=True)
     try:
         jobs = {}

@@ -300,6 +300,9 @@ def test_slurm_config_composes_over_submitit():
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.mem_gb=1",
                           "hydra.launcher.timeout_min=30", "hydra.launcher.qos=high"], hydra_config=True)
     assert (cfg.hydra.launcher.mem_gb, cfg.hydra.launcher.timeout_min, cfg.hydra.launcher.qos) == (1, 30, "high")
+    # docs/cluster.md: "the cluster's default partition unless hydra.launcher.partition names one": submitit leaves
+    # --partition out of the batch script where it is null (test_slurm submits a sweep that way).
+    assert compose_config(["hydra/launcher=slurm"], hydra_config=True).hydra.launcher.partition is None
 
 
 def test_submitit_keeps_its_own_files_in_the_sweep_folder_under_submitit_and_the_job_id():
