@@ -658,6 +658,20 @@ def test_repeats_of_a_seed_are_runs_not_seeds(tmp_path):
     assert "the spread between repeats" not in text
 
 
+def test_the_epoch_time_of_a_seed_run_twice_is_the_median_of_both_runs_epochs_pooled(tmp_path):
+    """docs/comparing.md: "paired over the seeds both ran (a seed's repeats: their epochs pooled, their accuracies
+    averaged): epoch time as a ratio". naive ran seed 0 twice, 3 epochs of 1 s then 7 of 2 s; pooled, their median
+    is 2 s: twice efficient's 1 s (the first run alone says 1×, the mean of the two runs' medians 1.5×)."""
+    repeats = ([1.0] * 3, [2.0] * 7)
+    for i, times in enumerate(repeats):
+        fake_run(tmp_path / f"naive_{i}", model="naive", seed=0, accuracy=0.9, n_samples=1000, epoch_times=times)
+    fake_run(tmp_path / "efficient", model="efficient", seed=0, accuracy=0.9, n_samples=1000, epoch_times=[1.0] * 6)
+    runs = runs_table(tmp_path)
+    (row,) = md_table(summary_markdown(tmp_path, runs, groups_table(runs)), "### Against efficient")
+    expected = np.median(np.concatenate(repeats)) / 1.0
+    assert expected == 2.0 and row["epoch time"].split("×")[0].split()[-1].strip("(") == f"{expected:.2f}"
+
+
 def test_cuda_peaks_get_their_column_and_panel(tmp_path):
     for seed in (0, 1):
         fake_run(tmp_path / f"run_{seed}", seed=seed,
