@@ -101,6 +101,12 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     assert len(finished) == 3 and len(study.trials) == 4  # the interrupted trial stays failed, not counted
+    # docs/search.md: "A median pruner gets each epoch's validation loss": what each trial reported, epoch by epoch,
+    # is minus its history.csv's val_loss (the fake trainers above hand over nothing else to report).
+    for trial in finished:
+        with open(study_dir / f"trial_{trial.number:03d}" / "history.csv", newline="") as f:
+            history = {int(row["epoch"]): -float(row["val_loss"]) for row in csv.DictReader(f)}
+        assert trial.intermediate_values == pytest.approx(history, rel=1e-6) and len(history) >= 1, trial.number
     best = json.loads((study_dir / "best.json").read_text())
     assert best["best_trial"] == study.best_trial.number and best["val_accuracy"] == study.best_value
     assert (study_dir / "optimization_history.png").stat().st_size > 0
