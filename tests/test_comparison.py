@@ -140,6 +140,19 @@ def test_a_large_difference_whose_interval_contains_zero_is_noise():
     assert verdict.startswith("same within noise (+0.5 points")
 
 
+def test_a_difference_above_the_article_floor_whose_interval_contains_zero_is_still_noise():
+    """docs/results.md: "the summary's noise rule (an interval containing 0, or at most 5 articles) calls the same
+    within noise", as its pe=True vs False row on validation reads: "same within noise (-2.5 points, -7.7 of 307
+    articles, 95% CI -9.1 to +4.1)". Either condition alone suffices: here 7.7 articles, above the floor, and an
+    interval (scipy's t, computed here) that contains 0."""
+    differences = [0.03, -0.06, -0.045]
+    mean, half = np.mean(differences), stats.t.ppf(0.975, 2) * stats.sem(differences)
+    assert abs(mean) * 307 > NOISE_ARTICLES and mean - half < 0 < mean + half
+    assert accuracy_verdict(paired_t(differences), 307) == (
+        f"same within noise (-2.5 points, -7.7 of 307 articles, 95% CI {100 * (mean - half):+.1f} to "
+        f"{100 * (mean + half):+.1f})")
+
+
 def test_one_seed_above_the_floor_says_it_has_no_interval():
     assert accuracy_verdict(paired_t([0.012]), 1000) == "higher by 1.2 points at one seed (+12 articles; no interval)"
     assert accuracy_verdict(paired_t([0.005]), 1000).startswith("same within noise")  # 5 articles: the floor
