@@ -702,6 +702,29 @@ def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
+def test_a_journal_trial_whose_worker_keeps_beating_stays_alive_long_after_its_start(tmp_path, monkeypatch):
+    """docs/search.md: "(Optuna keeps heartbeats for its databases only; for the journal file
+    `src/mha_textclf/workers.py` records them in the trial.)" On a clock the test moves: two trials started 60 s ago
+    with heartbeats of 10 s; the worker of one beat 5 s ago, and that time is in its trial, which is alive; the other,
+    silent since its start, is dead."""
+    from types import SimpleNamespace
+
+    from mha_textclf import workers
+
+    journal = str(tmp_path / "journal.log")
+    study = optuna.create_study(study_name="s", storage=workers.open_storage(journal, heartbeat_seconds=10))
+    beating, silent = study.ask(), study.ask()
+    start = time.time()
+    clock = SimpleNamespace(time=lambda: start + 55)
+    monkeypatch.setattr(workers, "time", clock)
+    study._storage.record_heartbeat(beating._trial_id)
+    clock.time = lambda: start + 60
+    other = workers.open_storage(journal, heartbeat_seconds=10)  # another worker's view of the journal
+    assert other.get_trial(beating._trial_id).system_attrs[workers.HEARTBEAT] == start + 55
+    assert other._get_stale_trial_ids(study._study_id) == [silent._trial_id]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_workers_started_together_draw_different_trials_and_one_worker_draws_as_before(tmp_path):
     from mha_textclf.workers import TrialSeededSampler, open_storage
 
