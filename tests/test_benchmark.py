@@ -80,6 +80,34 @@ def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(
     assert kept.min() > 32 and kept.max() <= 64 and mask.any() and len(set(kept.tolist())) > 8
 
 
+def test_a_cls_only_case_asks_the_layer_for_the_cls_query_alone_and_a_full_case_for_every_query(monkeypatch):
+    """docs/performance.md's table of one attention layer has a "full" and a "cls_only" column per variant ("with full
+    attention and with `cls_only`"; benchmark.py's Case: "full: every query attends (B, nh, T, T); cls_only: the [CLS]
+    query alone (B, nh, 1, T)"): each variant's layer is handed the first position alone as its query in a cls_only
+    case, every position in a full one, against all T keys either way; not full attention cut to [CLS] afterwards."""
+    import torch
+
+    from mha_textclf import benchmark
+
+    calls, real_build = [], benchmark.build_attention
+
+    def build(variant, *args, **kwargs):  # the layer under test, each call's query and keys noted
+        layer = real_build(variant, *args, **kwargs)
+        layer.register_forward_pre_hook(lambda module, args, kwargs: calls.append(
+            (variant, args[0].detach().clone(), args[1].detach().clone())), with_kwargs=True)
+        return layer
+
+    monkeypatch.setattr(benchmark, "build_attention", build)
+    for variant in ("naive", "efficient", "torch"):
+        for mode in ("full", "cls_only"):
+            calls.clear()
+            benchmark.measure(Case(variant, mode, T=8, B=2, d_model=8, n_heads=2, repeats=1))
+            assert [built for built, _, _ in calls] == [variant] * 2  # the warm-up step and one timed step
+            for _, query, keys in calls:
+                assert keys.shape == (2, 8, 8)
+                assert torch.equal(query, keys[:, :1] if mode == "cls_only" else keys), (variant, mode)
+
+
 def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
     """docs/own-data.md (Scale): metrics.json's `stages` give "the process's peak memory during the stage, in MiB",
     as the summaries' MB columns and docs/performance.md read them: the kernel's VmRSS and VmHWM (kB) over 1024, read
