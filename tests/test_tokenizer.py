@@ -474,6 +474,21 @@ def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_f
     assert tok.resolve_vocab_size(texts, TokenizerSettings(vocab_size=700)) == (TokenizerSettings(vocab_size=700), None)
 
 
+def test_a_character_seen_exactly_min_frequency_times_is_in_the_alphabet_beyond_the_99_5_percent_coverage():
+    """docs/own-data.md: a token for every word that occurs `tokenizer.min_frequency` times, "every character (and
+    `##` character) as frequent or among the most frequent that make up 99.5% of all": one CJK character 25,000 times
+    covers 99.5% alone, and 50 others seen exactly min_frequency times (2 here) are as frequent, so they are in the
+    alphabet too: 51 characters, room for them to take half, 2 × 51 -> 200. Seen once each, only the coverage holds
+    them: the frequent one alone, 100."""
+    characters = "".join(chr(0x4E00 + i) for i in range(51))
+    settings = TokenizerSettings(vocab_size=None, min_frequency=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tok, "AUTO_VOCAB_FLOOR", 0)  # the counts themselves, not the floor
+        for times, size in ((2, 200), (1, 100)):
+            texts = [characters[0] * 25_000] + [characters[1:]] * times
+            assert tok.resolve_vocab_size(texts, settings)[0].vocab_size == size, times
+
+
 def test_a_decided_vocabulary_size_is_cached_and_keyed_by_the_texts_and_the_rule(tmp_path):
     texts = [" ".join(f"w{i}" for i in range(180))] * 20
     settings = TokenizerSettings(vocab_size=None, cache_dir=str(tmp_path))
