@@ -428,6 +428,21 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert "**Noise rule:**" in text and "5 articles or fewer" in text
 
 
+def test_a_pe_true_variant_is_compared_against_the_reference_with_pe_true_not_pe_false(tmp_path):
+    """docs/comparing.md: "each variant **against a reference** variant ... with the same pe and settings". In
+    paired_sweep naive with PE gives efficient-with-PE's validation accuracies at every seed and its test accuracies
+    within two articles, while PE itself costs 3 points: put against efficient without PE, naive with PE would read
+    "lower by 3.0 points"."""
+    paired_sweep(tmp_path)
+    runs = runs_table(tmp_path)
+    text = summary_markdown(tmp_path, runs, groups_table(runs))
+    against = {(r["model"], r["pe"]): r for r in md_table(text, "### Against efficient (the reference)")}
+    assert against["naive", "True"]["val accuracy"] == "identical at all 3 seeds"
+    assert against["naive", "True"]["test accuracy"].startswith("same within noise (-0.1 points, -0.7 of 1000")
+    logs = np.log([1.45, 1.5, 1.55])
+    assert against["naive", "True"]["epoch time"].startswith(f"slower by {np.exp(logs.mean()):.2f}×")
+
+
 def test_epoch_time_is_the_median_training_epoch_the_validation_after_it_left_out(tmp_path):
     """docs/comparing.md: each variant's "median training epoch in seconds, epoch time and tokens/s relative to the
     fastest variant", and the pairs' "epoch time as a ratio"; summary.md: "Epoch time is the median training epoch
