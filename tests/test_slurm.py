@@ -188,3 +188,17 @@ def test_slurm_s_commands_find_the_cluster_without_slurm_conf_through_the_etc_li
     partitions = subprocess.run(["sinfo", "--noheader", "--format=%R"], env=env, capture_output=True, text=True,
                                 check=True, timeout=60).stdout.split()
     assert slurm_cluster.partition in partitions
+
+
+def test_slurm_up_takes_its_state_folder_from_the_argument_before_slurm_state_dir(slurm_cluster, tmp_path):
+    """docs/cluster.md: its state lives "in `/tmp/mha-textclf-slurm` (or the folder given as an argument, or
+    `$SLURM_STATE_DIR`)": the argument first, then the variable. Asked of the cluster that is up, which the script
+    then finds "already up" in the folder it was told, and leaves as it is."""
+    state = Path(slurm_cluster.env["SLURM_CONF"]).parent
+    script = str(REPO / "scripts" / "slurm_up.sh")
+    for argument, variable in (([str(state)], str(tmp_path / "elsewhere")), ([], str(state))):
+        up = subprocess.run(["bash", script, *argument], env=os.environ | {"SLURM_STATE_DIR": variable},
+                            capture_output=True, text=True, timeout=120)
+        assert up.returncode == 0 and "already up" in up.stderr, (argument, variable, up.stderr[-2000:])
+        assert f"state in {state}." in up.stdout
+    assert not (tmp_path / "elsewhere").exists()
