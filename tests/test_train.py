@@ -710,7 +710,8 @@ def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbe
 
 @pytest.mark.slow
 def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path):
-    """A third-party corpus in the shape it comes in trains end to end, and predict speaks its class names."""
+    """A third-party corpus in the shape it comes in trains end to end, and predict speaks its class names; metrics.json
+    records the size of the vocabulary it learned (docs/runs.md's schema: "vocab_size")."""
     topics = {"earn": 30, "acq": 20, "crude": 6, "grain": 4}
     folder = tmp_path / "newswire"
     folder.mkdir()
@@ -736,6 +737,10 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
     # ...and the validation loss, in history.csv and in metrics.json: scikit-learn's balanced weights, from the
     # training split, in a weighted mean cross-entropy of the reported model.
     run = load_run(run_dir)
+    # docs/runs.md: metrics.json "holds what the run measured", "vocab_size" among it: the vocabulary the model was
+    # built with, which a corpus of a few dozen distinct words leaves far below the 1000 tokens tokenizer.vocab_size
+    # asks (round 22: recording the setting passed, every other run's vocabulary reached the size asked).
+    assert metrics.vocab_size == len(run.tokenizer) == run.model.config.vocab_size < 1000
     val, train_labels = run_split(run_dir, "val"), run_split(run_dir, "train").labels
     weights = compute_class_weight("balanced", classes=np.arange(4), y=train_labels)
     expected = F.cross_entropy(logits_one_by_one(run.model, run.tokenizer, val.texts), torch.tensor(val.labels),
