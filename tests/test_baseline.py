@@ -205,3 +205,36 @@ def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summ
     assert metrics.val.n_samples == 307 and (sweep / runs["run_dir"][0] / "confusion_matrix_val.png").exists()
     assert "| bbc-news | tfidf-words |  | 2 |" in (sweep / "summary.md").read_text()  # one group of two seeds, no pe
     assert mistake.returncode == 2 and "features=word: must be one of wordpiece, words, chars" in mistake_stderr
+
+
+def test_wordpiece_features_are_the_attention_models_tokens_cut_at_exactly_max_length(tmp_path, monkeypatch):
+    """README.md: "TF-IDF is scripts/baseline_tfidf.py ... ("same tokens": the run's own tokenizer and max_length)":
+    the documents the wordpiece baseline fits on and predicts are, text by text, the tokenizer's own ids truncated at
+    data.max_length=16, without [CLS] and [SEP] (14 tokens for a long text, every token of a short one), not one
+    more or less."""
+    from mha_textclf import baseline
+    from mha_textclf.tokenizer import get_tokenizer
+
+    rows = [{"text": " ".join(["same"] * n + [colour]), "label": colour}
+            for colour in ("red", "blue") for n in (3, 13, 14, 15, 30)]
+    settings = settings_for(f"data.path={write_jsonl(tmp_path / 'data', {'train': rows * 2, 'test': rows})}",
+                            "data.max_length=16", f"tokenizer.cache_dir={tmp_path / 'cache'}", app="baseline")
+    corpus = load_corpus(settings.data, settings.seed)
+    tokenizer = get_tokenizer(corpus.train.texts, resolve_vocab_size(corpus.train.texts, settings.tokenizer)[0], 16)
+    documents = []
+
+    class Recorded(TfidfVectorizer):
+        def fit_transform(self, raw_documents, y=None):
+            documents.append(list(raw_documents))
+            return super().fit_transform(raw_documents, y)
+
+        def transform(self, raw_documents):
+            documents.append(list(raw_documents))
+            return super().transform(raw_documents)
+
+    monkeypatch.setattr(baseline, "TfidfVectorizer", Recorded)
+    tfidf_baseline(corpus, "wordpiece", tokenizer, 16, settings.seed)
+    expected = [[tokenizer(text, truncation=True, max_length=16)["input_ids"][1:-1] for text in split.texts]
+                for split in (corpus.train, corpus.val, corpus.test)]
+    assert documents == expected
+    assert max(map(len, documents[0])) == 14 and min(map(len, documents[0])) < 14
