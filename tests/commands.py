@@ -37,8 +37,11 @@ PRELOAD = ["torch", "torch._dynamo", "sklearn.metrics", "transformers", "dataset
            "matplotlib.backends.backend_agg", "hydra", "optuna", "mha_textclf.pipeline", "mha_textclf.summary",
            "mha_textclf.tuning", "mha_textclf.workers"]
 # Read when a command runs (by this package, Hydra's config interpolation, Slurm's tools, MLflow), so they may differ
-# from the server's; PYTEST_CURRENT_TEST changes with every test.
-RUNTIME_VARIABLES = {"BBC_NEWS_PATH", "MHA_TEXTCLF_CACHE", "SLURM_CONF", "MLFLOW_TRACKING_URI", "PYTEST_CURRENT_TEST"}
+# from the server's; PYTEST_CURRENT_TEST changes with every test. torch writes TORCHINDUCTOR_CACHE_DIR into the test
+# process's own variables the first time inductor asks for its cache (torch/_inductor/runtime/cache_dir_utils.py), and
+# reads it only then: without it here, every command a worker started after that came from a fresh interpreter.
+RUNTIME_VARIABLES = {"BBC_NEWS_PATH", "MHA_TEXTCLF_CACHE", "SLURM_CONF", "MLFLOW_TRACKING_URI", "PYTEST_CURRENT_TEST",
+                     "TORCHINDUCTOR_CACHE_DIR"}
 
 _server_env: dict[str, str] | None = None
 
