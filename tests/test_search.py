@@ -169,7 +169,9 @@ def fake_trainer(losses_of, calls=None, seconds=0.0):
 
 
 def study_settings(tmp_path, **changes):
-    settings = settings_for("study=fake", f"storage=sqlite:///{tmp_path / 'optuna.db'}", app="search")
+    """A study of one learning rate in the default storage (a journal in the study's folder): composed once for every
+    test, for no setting names the test's own folder."""
+    settings = settings_for("study=fake", app="search")
     settings.train, settings.params = [], {"trainer.lr": "tag(log, interval(1e-4, 1e-1))"}
     for key, value in changes.items():
         setattr(settings, key, value)
@@ -361,7 +363,7 @@ def test_a_worker_stops_once_the_study_has_n_trials_finished_pruned_ones_by_othe
 
     from mha_textclf.tuning import run_search
 
-    settings = study_settings(tmp_path, n_trials=3, pruning=False)
+    settings = study_settings(tmp_path, n_trials=3, pruning=False, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     calls, fake = [], fake_trainer(lambda o: [0.5])
 
     def train_trial(overrides, run_dir, on_epoch_end):
