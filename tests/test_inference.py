@@ -149,6 +149,9 @@ def test_heatmaps_have_one_panel_per_head_plus_the_mean(smoke_run):
         np.testing.assert_allclose(ax.images[0].get_array(), drawn, atol=1e-6)
         assert [t.get_text() for t in ax.get_xticklabels()] == [t.get_text() for t in ax.get_yticklabels()] == tokens
         assert ax.images[0].get_clim() == (0, pytest.approx(weights.max()))
+    # The axes say so too: "query" down the left of the rows, "key" under the bottom row.
+    assert {ax.get_ylabel() for ax in panels} - {""} == {"query"}
+    assert {ax.get_xlabel() for ax in panels} - {""} == {"key"}
 
 
 def test_predict_runs_on_the_cpu_unless_told_otherwise(runs, monkeypatch):
