@@ -62,11 +62,20 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
 
 
 def test_predict_reads_a_file(runs, tmp_path):
+    """docs/predict.md: predict "writes nothing except `out`": the run folder is as it was, file for file, and the
+    texts' folder holds only the texts and out."""
     texts = tmp_path / "texts.txt"
     long = " ".join(["the minister said the striker scored twice"] * 40)  # past the run's max_length (128 tokens)
     texts.write_text(f"the minister said\n\nthe striker scored twice\n{long}\n")
     out = tmp_path / "predictions.csv"
+
+    def files(folder):
+        return {p.relative_to(folder): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+    before = files(runs[False])
     table = predict(settings_for(f"run_dir={runs[False]}", f"file={texts}", f"out={out}", app="predict"))
+    assert files(runs[False]) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.csv", "texts.txt"]
     assert table["text"].tolist() == ["the minister said", "the striker scored twice", long]  # blank lines skipped
     pd.testing.assert_frame_equal(pd.read_csv(out), table, check_dtype=False)
     # Texts of different lengths share a padded batch: each row is still what the model says of its text alone, a
