@@ -4,6 +4,7 @@ Skipped where it cannot run (not root, not Debian/Ubuntu); CI runs them. Every t
 one module, so that pytest-xdist's --dist loadscope runs them all in one worker, the one that starts the cluster (when
 it was not up) and stops it at its end."""
 
+import ipaddress
 import os
 import re
 import shlex
@@ -202,3 +203,27 @@ def test_slurm_up_takes_its_state_folder_from_the_argument_before_slurm_state_di
         assert up.returncode == 0 and "already up" in up.stderr, (argument, variable, up.stderr[-2000:])
         assert f"state in {state}." in up.stdout
     assert not (tmp_path / "elsewhere").exists()
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses on which some process listens on TCP `port` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                # The kernel writes each 32-bit word in host (little-endian) order.
+                raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                found.add(str(ipaddress.ip_address(raw)))
+    return found
+
+
+def test_slurmctld_and_slurmd_listen_on_127_0_0_1_only(slurm_cluster):
+    """docs/cluster.md: "slurmctld and slurmd listen on 127.0.0.1 only": their ports (from the cluster's slurm.conf)
+    are bound to loopback, not to every interface (0.0.0.0 or ::)."""
+    conf = Path(slurm_cluster.env["SLURM_CONF"]).read_text()
+    for key in ("SlurmctldPort", "SlurmdPort"):
+        port = int(re.search(rf"^{key}=(\d+)$", conf, re.MULTILINE)[1])
+        assert listening_addresses(port) == {"127.0.0.1"}, key
