@@ -227,3 +227,14 @@ def test_slurmctld_and_slurmd_listen_on_127_0_0_1_only(slurm_cluster):
     for key in ("SlurmctldPort", "SlurmdPort"):
         port = int(re.search(rf"^{key}=(\d+)$", conf, re.MULTILINE)[1])
         assert listening_addresses(port) == {"127.0.0.1"}, key
+
+
+def test_the_cluster_has_one_partition_debug_holding_this_machine_s_cpus_and_memory(slurm_cluster):
+    """docs/cluster.md: "The cluster has one partition, `debug`, holding this machine with its real CPUs and memory"
+    (the name a user types as hydra.launcher.partition=debug)."""
+    (line,) = slurm("sinfo", "--noheader", "--format=%R %N %c %m", env=slurm_cluster.env).splitlines()
+    partition, _, cpus, memory_mb = line.split()
+    assert partition == slurm_cluster.partition == "debug"
+    assert int(cpus) == os.cpu_count()
+    total_mb = int(re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)[1]) / 1024
+    assert 0.9 * total_mb <= int(memory_mb) <= total_mb
