@@ -196,6 +196,8 @@ def test_slurm_up_takes_its_state_folder_from_the_argument_before_slurm_state_di
     `$SLURM_STATE_DIR`)": the argument first, then the variable. Asked of the cluster that is up, which the script
     then finds "already up" in the folder it was told, and leaves as it is."""
     state = Path(slurm_cluster.env["SLURM_CONF"]).parent
+    # The fixture ran the script with no argument: the variable's folder, else the default.
+    assert state == Path(os.environ.get("SLURM_STATE_DIR", "/tmp/mha-textclf-slurm")).resolve()
     script = str(REPO / "scripts" / "slurm_up.sh")
     for argument, variable in (([str(state)], str(tmp_path / "elsewhere")), ([], str(state))):
         up = subprocess.run(["bash", script, *argument], env=os.environ | {"SLURM_STATE_DIR": variable},
