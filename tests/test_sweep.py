@@ -693,6 +693,22 @@ def test_repeats_of_a_seed_are_runs_not_seeds(tmp_path):
     assert "the spread between repeats" not in text
 
 
+def test_one_run_beyond_the_seeds_is_already_called_a_repeat(tmp_path):
+    """docs/comparing.md: "how many runs and how many distinct seeds (runs beyond the seeds are repeats of a seed, and
+    are called that)". naive ran seed 0 twice and seed 1 once: 3 runs, 2 seeds, one repeat, and the answer says its ±
+    is partly a spread between repeats; efficient, one run per seed, has none."""
+    for i, seed in enumerate([0, 0, 1]):
+        fake_run(tmp_path / f"naive_{i}", model="naive", seed=seed, accuracy=0.9, n_samples=1000)
+    for seed in (0, 1):
+        fake_run(tmp_path / f"efficient_{seed}", model="efficient", seed=seed, accuracy=0.9, n_samples=1000)
+    runs = runs_table(tmp_path)
+    text = summary_markdown(tmp_path, runs, groups_table(runs))
+    variants = {r["model"]: r for r in md_table(text, "## The answer: bbc-news")}
+    assert (variants["naive"]["runs"], variants["naive"]["seeds"]) == ("3", "2")
+    assert (variants["efficient"]["runs"], variants["efficient"]["seeds"]) == ("2", "2")
+    assert "Some variants ran a seed more than once" in text
+
+
 def test_the_epoch_time_of_a_seed_run_twice_is_the_median_of_both_runs_epochs_pooled(tmp_path):
     """docs/comparing.md: "paired over the seeds both ran (a seed's repeats: their epochs pooled, their accuracies
     averaged): epoch time as a ratio". naive ran seed 0 twice, 3 epochs of 1 s then 7 of 2 s; pooled, their median
