@@ -23,6 +23,7 @@ from scipy import stats
 from conftest import REPO, compose_config, fingerprint, load_script, require, run_train, write_jsonl
 from mha_textclf import run_folder
 from mha_textclf.cli import SweepSummary
+from mha_textclf.comparison import RULES
 from mha_textclf.reports import RunMetrics, SplitMetrics, write_history
 from mha_textclf.summary import (
     groups_table,
@@ -725,6 +726,19 @@ def test_the_accuracy_of_a_seed_run_three_times_is_the_mean_of_its_runs_before_p
     assert row["shared seeds"] == "2"
     assert row["val accuracy"] == (f"same within noise (+2.0 points, +20 of 1000 articles, 95% CI {100 * low:+.1f} "
                                    f"to {100 * high:+.1f})")
+
+
+def test_the_rules_are_printed_under_the_comparisons_of_a_sweep_of_one_model_too(tmp_path):
+    """docs/comparing.md: "the rules, printed under the tables". A sweep of one model over pe has no table against a
+    reference, only pe=True against pe=False: the rules follow that table, word for word comparison.RULES."""
+    for seed in (0, 1):
+        for pe in (True, False):
+            fake_run(tmp_path / f"efficient_{pe}_{seed}", pe=pe, seed=seed, accuracy=0.9, n_samples=1000)
+    runs = runs_table(tmp_path)
+    text = summary_markdown(tmp_path, runs, groups_table(runs))
+    assert "### Against" not in text
+    table, rules = text.index("### pe=True against pe=False"), text.find(f"How to read the comparisons: {RULES}")
+    assert 0 < table < rules < text.index("## Runs")
 
 
 def test_the_epoch_time_of_a_seed_run_twice_is_the_median_of_both_runs_epochs_pooled(tmp_path):
