@@ -82,7 +82,8 @@ def test_a_bootstrap_interval_holds_the_middle_95_percent_of_the_resampled_media
     bootstrap over epochs. Against a reference whose epochs all take 1 s, the resampled ratio is the median of 17
     draws from the variant's epochs, whose distribution is exact: it is at most the k-th smallest epoch when 9 or more
     of the 17 draws are, Binomial(17, k/17). Its 2.5% and 97.5% quantiles are the 5th and 13th epochs; a 90%
-    interval would be the 6th and 12th."""
+    interval would be the 6th and 12th. docs/comparing.md: "a bootstrap over the runs' epochs": the reference's
+    epochs are resampled too, so the same epochs as the reference's, against a variant at 1 s, give the inverse."""
     variant = 1.0 + 0.1 * np.arange(1, 18)  # 1.1, 1.2, ..., 2.7 s: 17 distinct epoch times
     cdf = [stats.binom.sf(8, 17, k / 17) for k in range(1, 18)]  # P(median of 17 draws <= the k-th smallest)
     low = next(k for k in range(17) if cdf[k] >= 0.025)  # the smallest epoch whose probability reaches 2.5%
@@ -91,6 +92,8 @@ def test_a_bootstrap_interval_holds_the_middle_95_percent_of_the_resampled_media
     ratio = speed_ratio([(variant, np.ones(17))])
     assert ratio.method == "bootstrap over epochs, 1 seed" and ratio.estimate == pytest.approx(variant[8])
     assert (ratio.low, ratio.high) == pytest.approx((variant[low], variant[high]))
+    inverse = speed_ratio([(np.ones(17), variant)])
+    assert (inverse.low, inverse.high) == pytest.approx((1 / variant[high], 1 / variant[low]))
 
 
 @pytest.mark.parametrize("epochs", [6, 2])
