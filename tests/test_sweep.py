@@ -172,9 +172,15 @@ def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
 
 def test_summary_csv_is_the_runs_table_with_a_column_for_every_setting_that_differs(tmp_path):
     """docs/comparing.md: summary.csv is the per-run table, every setting that differs between runs a column (read
-    from each run's config.yaml); what is the same in every run, or only where things are, is not."""
+    from each run's config.yaml); what is the same in every run, or only where things are, is not. Each run's own
+    config.yaml, with the values it ran with, not Hydra's .hydra/config.yaml beside it, which keeps an override such
+    as model.dropout=${oc.env:DROPOUT} as it was typed, the same string in every run."""
     for i, dropout in enumerate([0.1, 0.3, 0.3]):
         fake_run(tmp_path / f"{i}_run", seed=i, model__dropout=dropout)
+        composed = yaml.safe_load((tmp_path / f"{i}_run" / "config.yaml").read_text())
+        composed["model"]["dropout"] = "${oc.env:DROPOUT}"
+        (tmp_path / f"{i}_run" / ".hydra").mkdir()
+        (tmp_path / f"{i}_run" / ".hydra" / "config.yaml").write_text(yaml.safe_dump(composed))
     write_summary(tmp_path)
     written = pd.read_csv(tmp_path / "summary.csv", dtype=str)
     assert written["model.dropout"].tolist() == ["0.1", "0.3", "0.3"]
