@@ -52,6 +52,11 @@ def assert_same_as_uninterrupted(run_dir, metrics, uninterrupted):
     assert (metrics.val, metrics.test, metrics.best_epoch) == (reference.val, reference.test, reference.best_epoch)
     assert RunMetrics.read(run_dir / "metrics.json").test == reference.test
     assert run_folder.read_status(run_dir)["state"] == run_folder.FINISHED
+    # docs/comparing.md: "training seconds are the run's own, from `history.csv`, over all its attempts".
+    with (run_dir / "history.csv").open() as f:
+        every_attempt = sum(float(r["train_seconds"]) for r in csv.DictReader(f))
+    assert metrics.train_seconds == RunMetrics.read(run_dir / "metrics.json").train_seconds
+    assert metrics.train_seconds == pytest.approx(every_attempt, abs=1e-3)
 
 
 @pytest.mark.slow
