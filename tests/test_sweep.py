@@ -946,13 +946,19 @@ def test_accuracy_vs_time_plots_each_runs_test_accuracy_against_its_training_sec
 
 
 def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
+    """docs/comparing.md: "the mean over the variant's runs, with the lowest-to-highest run as a band": naive pe=False
+    over three runs, pe=True over two (a band from two runs too), and torch's single run a line without one."""
     # Three runs, one far above the others: their mean, not their median (the two agree for two runs).
     curves = [[(1.0, 1.2), (0.6, 1.0), (0.4, 0.9)], [(1.2, 1.4), (0.8, 1.1), (0.5, 1.0)],
               [(3.0, 3.2), (2.0, 2.6), (1.5, 2.2)]]
     for seed, losses in enumerate(curves):
         fake_run(tmp_path / f"{seed}_run", model="naive", seed=seed, epoch_times=[1.0] * 3, losses=losses)
-    fake_run(tmp_path / "3_run", model="naive", pe=True, epoch_times=[1.0] * 3)
+    two = [[(1.0, 1.1), (0.5, 0.9), (0.5, 0.9)], [(2.0, 2.1), (1.5, 1.9), (1.0, 1.2)]]
+    for seed, losses in enumerate(two, start=3):
+        fake_run(tmp_path / f"{seed}_run", model="naive", pe=True, seed=seed, epoch_times=[1.0] * 3, losses=losses)
+    fake_run(tmp_path / "5_run", model="torch", epoch_times=[1.0] * 3)
     figure = plot_loss_curves(tmp_path, runs_table(tmp_path))
+    assert not [band for band in figure.axes[1].collections if band.get_gid()]  # torch: one run, no band
     ax = figure.axes[0]
     lines = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
     train = np.array([[t for t, _ in c] for c in curves])
@@ -961,10 +967,12 @@ def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
     assert lines["pe=False|val_loss"].get_ydata() == pytest.approx(val.mean(axis=0))
     assert (lines["pe=False|train_loss"].get_linestyle(), lines["pe=False|val_loss"].get_linestyle()) == ("-", "--")
     bands = {band.get_gid(): band for band in ax.collections if band.get_gid()}
-    assert set(bands) == {"pe=False|train_loss", "pe=False|val_loss"}  # one run of pe=True: a line, no band
-    vertices = bands["pe=False|train_loss"].get_paths()[0].vertices
-    for epoch, (low, high) in enumerate(zip(train.min(axis=0), train.max(axis=0), strict=True), start=1):
-        assert sorted(set(vertices[vertices[:, 0] == epoch][:, 1])) == pytest.approx([low, high])
+    assert set(bands) == {f"pe={pe}|{column}" for pe in (False, True) for column in ("train_loss", "val_loss")}
+    two_train = np.array([[t for t, _ in c] for c in two])
+    for gid, runs in (("pe=False|train_loss", train), ("pe=True|train_loss", two_train)):
+        vertices = bands[gid].get_paths()[0].vertices
+        for epoch, (low, high) in enumerate(zip(runs.min(axis=0), runs.max(axis=0), strict=True), start=1):
+            assert sorted(set(vertices[vertices[:, 0] == epoch][:, 1])) == pytest.approx([low, high])
     labels = [t.get_text() for legend in figure.legends for t in legend.get_texts()]
     assert labels[:2] == ["pe=False", "pe=True"]
 
