@@ -290,6 +290,37 @@ def test_a_cache_entry_is_written_under_a_private_name_and_appears_only_whole(tm
     assert tok.load_tokenizer(entry, 64).get_vocab() == tokenizer.get_vocab()  # the entry is the whole tokenizer
 
 
+def test_two_jobs_building_the_same_cache_entry_at_once_each_build_under_a_name_of_their_own(tmp_path, monkeypatch):
+    """docs/comparing.md (Threads): "The tokenizer cache is safe when parallel jobs build it at the same moment: each
+    builds under a private name and renames it into place." A second job asks for the same entry while the first is
+    training it: the two write into two different folders (one shared name would let a job rename the other's
+    half-written files into place), and one whole entry is left, with nothing beside it."""
+    texts = ["the cat sat on the mat", "a dog sat on a log"] * 5
+    settings = TokenizerSettings(vocab_size=60, cache_dir=str(tmp_path))
+    entry = tmp_path / tok.cache_key(texts, 60, None)
+    saved, jobs, real_train = [], [], tok.train_tokenizer
+
+    def train(*args, **kwargs):
+        tokenizer = real_train(*args, **kwargs)
+        real_save = tokenizer.save_pretrained
+
+        def save(folder, *args, **kwargs):
+            saved.append(Path(folder))
+            return real_save(folder, *args, **kwargs)
+
+        tokenizer.save_pretrained = save
+        jobs.append(tokenizer)
+        if len(jobs) == 1:  # the other job asks for the same entry meanwhile, and builds it to the end
+            jobs.append(tok.get_tokenizer(texts, settings, max_length=64))
+        return tokenizer
+
+    monkeypatch.setattr(tok, "train_tokenizer", train)
+    first = tok.get_tokenizer(texts, settings, max_length=64)
+    assert len(saved) == 2 and saved[0] != saved[1] and entry not in saved
+    assert os.listdir(tmp_path) == [entry.name]
+    assert tok.load_tokenizer(entry, 64).get_vocab() == first.get_vocab() == jobs[-1].get_vocab()
+
+
 def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts, minilm_dir, tmp_path):
     copy = tmp_path / "minilm"
     shutil.copytree(minilm_dir, copy)
