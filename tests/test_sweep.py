@@ -1096,6 +1096,21 @@ def test_the_table_by_group_gives_each_metric_its_own_column(tmp_path):
     assert row["s to val acc 0.9"] == pm([3.0, 5.0], 1)
 
 
+def test_the_share_of_training_in_the_jobs_wall_time_counts_only_the_runs_that_have_one(tmp_path):
+    """docs/comparing.md: the sweep's own record sets "the jobs' wall times against their training seconds", like
+    against like. Summarised together (scripts/summarize.py on a parent folder), a sweep's job of 12 s wall time that
+    trained 10 s and a single run of 100 s with no job.json: the share is 10 of 12 s, not 110 of 12 s."""
+    job = tmp_path / "sweep" / "0_seed-0"
+    fake_run(job, epoch_times=[5.0, 5.0])
+    JobRecord(job=0, overrides=["seed=0"], started_at="2026-01-01T00:00:00.000+00:00",
+              ended_at="2026-01-01T00:00:12.000+00:00", wall_seconds=12.0, host="node", pid=1,
+              status="COMPLETED").write(job)
+    fake_run(tmp_path / "runs" / "single", seed=1, epoch_times=[50.0, 50.0])
+    write_summary(tmp_path)
+    assert ("The jobs' own wall times add up to 12.0 s; training passes took 10.0 s of them (83%)"
+            in (tmp_path / "summary.md").read_text())
+
+
 def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
     """The callback as Hydra calls it: each job's wall time lands in its own folder (job.json), the sweep's in
     sweep.json, and both in summary.md beside the training seconds. docs/comparing.md: "its wall time, from Hydra

@@ -376,10 +376,13 @@ def _processes(n: int) -> str:
 def sweep_markdown(folder: Path, runs: pd.DataFrame) -> list[str]:
     """The sweep's own times (sweep.json, each job's job.json) beside the training seconds its runs measured."""
     sweep = SweepRecord.read(folder)
-    jobs = [j for j in (JobRecord.read(folder / d) for d in runs["run_dir"]) if j is not None]
+    records = [JobRecord.read(folder / d) for d in runs["run_dir"]]
+    jobs = [j for j in records if j is not None]
     if sweep is None and not jobs:
         return []
-    train = runs["train_seconds"].sum()
+    # The share compares like with like: the training seconds of the runs whose job wall time is known (a single run
+    # summarised beside a sweep has no job.json).
+    train = runs["train_seconds"][[j is not None for j in records]].sum()
     job_total = sum(j.wall_seconds for j in jobs)
     lines = ["## The sweep", ""]
     if sweep is not None:
