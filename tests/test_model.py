@@ -4,6 +4,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
 
 from mha_textclf.attention import VARIANTS
 from mha_textclf.model import ModelConfig, SinusoidalPositionalEncoding, TextClassifier, visible_tokens
@@ -233,6 +234,24 @@ def test_visible_tokens_keep_order_and_positions():
                                                                                            [False, False]]
 
 
+class HostCopies(TorchFunctionMode):
+    """Records every torch call that moves a tensor off its device or onto the host (a `.to` that only casts the
+    dtype stays): what "on the device" rules out."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        moves = name in ("cpu", "cuda", "numpy", "tolist") or (name == "to" and (
+            "device" in kwargs or any(isinstance(a, str | torch.device | torch.Tensor) for a in args[1:])))
+        if moves:
+            self.calls.append(name)
+        return func(*args, **kwargs)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_a_model_as_built_attends_over_the_longest_visible_count_of_its_batch_not_every_position(variant):
     """docs/performance.md, Compaction: "before attention the model gathers each text's visible tokens ..., pads them
@@ -248,15 +267,18 @@ def test_a_model_as_built_attends_over_the_longest_visible_count_of_its_batch_no
     model.attention.register_forward_pre_hook(lambda module, args: keys.append(tuple(args[1].shape[:2])))
     ids, mask = batch(lengths, T=T)
     torch.manual_seed(3)
-    model.train()(ids, mask)
+    with HostCopies() as copies:  # on the device: no tensor goes to the host or to another device on the way
+        model.train()(ids, mask)
+    assert copies.calls == []
     torch.manual_seed(3)
     n = torch.tensor(lengths, dtype=torch.float32)[:, None] - 1  # tokens but [CLS]
     hidden = torch.rand(ids.shape) < (1 - 32 / n).clamp(0, 0.75)  # (B, T) vs (B, 1)
     hidden[:, 0] = False
     visible = int((~(mask | hidden)).sum(1).max())
     assert visible < max(lengths) < T
-    model.eval()(ids, mask)
-    assert keys == [(3, visible), (3, max(lengths))]
+    with copies:
+        model.eval()(ids, mask)
+    assert copies.calls == [] and keys == [(3, visible), (3, max(lengths))]
 
 
 @st.composite
