@@ -375,6 +375,24 @@ def test_a_time_to_accuracy_few_runs_reached_is_their_mean_and_says_how_many_of_
     assert row["s to val acc 0.95"] == "not reached"
 
 
+def test_an_interrupted_run_is_listed_but_not_pooled_into_its_group_s_runs_and_means(tmp_path):
+    """docs/performance.md's tables ("| naive | False | 3 | 24.28 ± 1.16 | ..."): a group's `runs` and each mean ± std
+    are over its runs that finished (groups_table: "among finished runs"). A run stopped by a signal keeps its row in
+    the runs table, marked interrupted; its accuracy and times, from an unfinished training, join no mean."""
+    for seed, (accuracy, seconds) in enumerate([(0.6, 4.0), (0.8, 6.0), (0.3, 1.0)]):
+        fake_run(tmp_path / f"{seed}_run", seed=seed, accuracy=accuracy)
+        edit_metrics(tmp_path / f"{seed}_run", time_to_accuracy={"0.5": seconds})
+    edit_metrics(tmp_path / "2_run", interrupted_by="SIGINT")
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert [r["status"] for r in md_table(text, "## Runs")] == ["ok", "ok", "interrupted"]
+    [row] = md_table(text, "## By dataset")
+    finished = np.array([0.6, 0.8])
+    assert (row["runs"], row["seeds"]) == ("2", "2")
+    assert row["val accuracy"] == f"{finished.mean():.4f} ± {finished.std(ddof=1):.4f}"
+    assert row["s to val acc 0.5"] == "5.0 ± 1.4"
+
+
 def md_table(text: str, heading: str) -> list[dict[str, str]]:
     """The first Markdown table after `heading` in summary.md, as one dict per row."""
     lines = text.split(heading, 1)[1].splitlines()
