@@ -193,7 +193,8 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
     """Seeds vary the model, not the data: on a corpus with a validation split of its own (so that the seed changes no
     split), each seed starts from its own weights and draws its own order of training batches. A training batch holds
     trainer.batch_size texts, and so does an evaluation batch (docs/performance.md: evaluation keeps the training
-    batch size); evaluation batches come in length order with data.group_by_length, else in the data's order."""
+    batch size); evaluation batches come in length order with data.group_by_length, else in the data's order, and
+    training batches group texts of similar length."""
     rows = {split: [{"text": f"{('red', 'blue')[i % 2]} text {i}" + " word" * (i % 7), "label": i % 2}
                     for i in range(n)] for split, n in (("train", 40), ("validation", 20), ("test", 20))}
     folder = write_jsonl(tmp_path / "data", rows)
@@ -231,6 +232,10 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
     assert lengths == sorted(lengths) and [label for _, label in in_order] == [i % 2 for i in range(20)]
     assert sorted(grouped) == sorted(in_order) and grouped != in_order  # the same texts, in another order
     assert runs["seed 0"]["eval sizes"] == runs["in data order"]["eval sizes"] == [[8, 8, 4]] * 2
+    # Training batches are length-grouped too (docs/performance.md: "length-grouped batches ... change which texts
+    # share a batch"): the same texts padded to fewer cells than the random batches of data.group_by_length=false.
+    cells = {name: sum(len(batch) * len(batch[0]) for batch in run["train"]) for name, run in runs.items()}
+    assert cells["seed 0"] < cells["in data order"] and cells["seed 1"] < cells["in data order"]
 
 
 def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, data_dir):
