@@ -2,6 +2,7 @@
 
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import commands
@@ -429,13 +430,16 @@ def test_profile_step_answers_help_a_mistake_and_unreadable_data_without_profili
 def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_batches(data_dir, monkeypatch, capsys):
     """docs/performance.md: profile_step.py profiles one training step both ways on the same batches: the masked
     computation (compact off), then compaction, each after the same warm-up steps; each table lists the operators
-    by self time, most first, attention's own kernels (SDPA's forward and backward) among them."""
+    by self time, most first, attention's own kernels (SDPA's forward and backward) among them, under the time of
+    one profiled step ("masked, 348 ms per step")."""
     script = load_script("profile_step")
-    steps, real_step = [], script.step
+    steps, seconds, real_step = [], [], script.step
 
     def step(model, optimizer, batch):
         steps.append((model.compact, batch))
+        start = time.perf_counter()
         real_step(model, optimizer, batch)
+        seconds.append(time.perf_counter() - start)
 
     monkeypatch.setattr(script, "step", step)
     assert script.main(["experiment=smoke", "trainer.batch_size=4", f"data.path={data_dir}"]) == 0
@@ -445,7 +449,12 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
     assert all(a is b for a, b in zip(masked, compacted, strict=True))
     printed = capsys.readouterr().out
     assert printed.index("## masked (every token):") < printed.index("## compacted (visible tokens only):")
-    for table in printed.split("## ")[1:]:
+    profiled = [seconds[script.WARMUP:per_mode], seconds[per_mode + script.WARMUP:]]  # after each warm-up
+    for table, timed in zip(printed.split("## ")[1:], profiled, strict=True):
+        # "348 ms per step": the profiled steps' time over their number. Each step is timed here, inside the script's
+        # clock, so the script's figure is at least their mean (to its rounding), and more only by the loop around them.
+        reference = 1e3 * sum(timed) / len(timed)
+        assert reference - 0.05 <= float(re.search(r"([\d.]+) ms per step", table).group(1)) < 1.5 * reference + 1
         rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
         operators = [row[0].strip("| `") for row in rows]
         self_ms, shares = [float(row[2]) for row in rows], [int(row[3].rstrip("%| ")) for row in rows]
