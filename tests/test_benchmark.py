@@ -431,7 +431,7 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
     """docs/performance.md: profile_step.py profiles one training step both ways on the same batches: the masked
     computation (compact off), then compaction, each after the same warm-up steps; each table lists the operators
     by self time, most first, attention's own kernels (SDPA's forward and backward) among them, under the time of
-    one profiled step ("masked, 348 ms per step")."""
+    one profiled step ("masked, 348 ms per step") and with each operator's share of the step's self time."""
     script = load_script("profile_step")
     steps, seconds, real_step = [], [], script.step
 
@@ -441,7 +441,14 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
         real_step(model, optimizer, batch)
         seconds.append(time.perf_counter() - start)
 
+    profilers, real_profile = [], script.profile
+
+    def profile(*args, **kwargs):
+        profilers.append(real_profile(*args, **kwargs))
+        return profilers[-1]
+
     monkeypatch.setattr(script, "step", step)
+    monkeypatch.setattr(script, "profile", profile)
     assert script.main(["experiment=smoke", "trainer.batch_size=4", f"data.path={data_dir}"]) == 0
     per_mode = script.STEPS + script.WARMUP
     assert [compact for compact, _ in steps] == [False] * per_mode + [True] * per_mode
@@ -450,7 +457,7 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
     printed = capsys.readouterr().out
     assert printed.index("## masked (every token):") < printed.index("## compacted (visible tokens only):")
     profiled = [seconds[script.WARMUP:per_mode], seconds[per_mode + script.WARMUP:]]  # after each warm-up
-    for table, timed in zip(printed.split("## ")[1:], profiled, strict=True):
+    for table, timed, profiler in zip(printed.split("## ")[1:], profiled, profilers, strict=True):
         # "348 ms per step": the profiled steps' time over their number. Each step is timed here, inside the script's
         # clock, so the script's figure is at least their mean (to its rounding), and more only by the loop around them.
         reference = 1e3 * sum(timed) / len(timed)
@@ -461,6 +468,10 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
         assert len(rows) == 12 and self_ms == sorted(self_ms, reverse=True) and shares == sorted(shares, reverse=True)
         assert sum("scaled_dot_product" in name for name in operators) >= 2, table  # its forward and backward
         assert 0 < sum(shares) <= 100 + len(shares)  # shares of one step, each rounded
+        # "share": of the self time of every operator in the step, not only of the operators listed.
+        self_us = {e.key: e.self_cpu_time_total for e in profiler.key_averages()}
+        assert len(self_us) > len(rows)
+        assert shares == [int(f"{100 * self_us[name] / sum(self_us.values()):.0f}") for name in operators]
         # Per step, both: on one thread the operators' self times of a step add up to no more than the step took.
         per_step = float(re.search(r"([\d.]+) ms per step", table).group(1))
         assert sum(self_ms) <= per_step + 0.05 * len(rows), table
