@@ -472,6 +472,8 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
         self_us = {e.key: e.self_cpu_time_total for e in profiler.key_averages()}
         assert len(self_us) > len(rows)
         assert shares == [int(f"{100 * self_us[name] / sum(self_us.values()):.0f}") for name in operators]
+        # "self ms": an operator's self time over the profiled steps, per step.
+        assert self_ms == [float(f"{self_us[name] / 1e3 / script.STEPS:.1f}") for name in operators]
         # Per step, both: on one thread the operators' self times of a step add up to no more than the step took.
         per_step = float(re.search(r"([\d.]+) ms per step", table).group(1))
         assert sum(self_ms) <= per_step + 0.05 * len(rows), table
