@@ -471,6 +471,7 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
         # "share": of the self time of every operator in the step, not only of the operators listed.
         self_us = {e.key: e.self_cpu_time_total for e in profiler.key_averages()}
         assert len(self_us) > len(rows)
+        assert "Optimizer.step#AdamW.step" in self_us  # a training step: training's optimiser, AdamW, steps in it
         assert shares == [int(f"{100 * self_us[name] / sum(self_us.values()):.0f}") for name in operators]
         # "self ms": an operator's self time over the profiled steps, per step.
         assert self_ms == [float(f"{self_us[name] / 1e3 / script.STEPS:.1f}") for name in operators]
