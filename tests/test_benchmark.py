@@ -81,6 +81,26 @@ def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(
     assert kept.min() > 32 and kept.max() <= 64 and mask.any() and len(set(kept.tolist())) > 8
 
 
+@pytest.mark.parametrize("variant", ["efficient", "torch"])
+def test_a_case_s_attention_kernel_attends_over_all_t_keys_padding_included(monkeypatch, variant):
+    """docs/performance.md, One attention layer: "no compaction: the raw cost of each variant at length T", "measured
+    before compaction, which leaves the layer as it was: it only hands it fewer tokens". The layer itself trims no
+    padding: the kernel (scaled_dot_product_attention) gets every one of the T keys, and so does its mask."""
+    import torch.nn.functional as F
+
+    from mha_textclf import benchmark
+
+    keys, real_sdpa = [], F.scaled_dot_product_attention
+
+    def sdpa(q, k, v, attn_mask=None, *args, **kwargs):
+        keys.append((k.shape[-2], None if attn_mask is None else attn_mask.shape[-1]))
+        return real_sdpa(q, k, v, attn_mask, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    benchmark.measure(Case(variant, "full", T=64, B=32, d_model=8, n_heads=2, repeats=1))
+    assert keys == [(64, 64)] * 2  # the warm-up step and one timed step
+
+
 def test_a_cls_only_case_asks_the_layer_for_the_cls_query_alone_and_a_full_case_for_every_query(monkeypatch):
     """docs/performance.md's table of one attention layer has a "full" and a "cls_only" column per variant ("with full
     attention and with `cls_only`"; benchmark.py's Case: "full: every query attends (B, nh, T, T); cls_only: the [CLS]
