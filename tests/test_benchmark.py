@@ -64,17 +64,19 @@ def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(
     half of the T tokens, up to all of them); not a batch without padding."""
     from mha_textclf import benchmark
 
-    masks, real_build = [], benchmark.build_attention
+    masks, backward, real_build = [], [], benchmark.build_attention
 
-    def build(*args, **kwargs):  # the layer under test, each call's keys and mask noted
+    def build(*args, **kwargs):  # the layer under test, each call's keys and mask noted, and each backward pass
         layer = real_build(*args, **kwargs)
         layer.register_forward_pre_hook(lambda module, args, kwargs: masks.append(
             (args[1].shape[1], kwargs["key_padding_mask"].clone())), with_kwargs=True)
+        layer.register_full_backward_hook(lambda module, grad_input, grad_output: backward.append(grad_output[0]))
         return layer
 
     monkeypatch.setattr(benchmark, "build_attention", build)
     benchmark.measure(Case("efficient", "full", T=64, B=32, d_model=8, n_heads=2, repeats=1))
     (keys, mask), _ = masks  # the warm-up step and one timed step, on the same batch
+    assert len(backward) == 2 and backward[0].shape == (32, 64, 8)  # forward+backward, each step
     assert keys == 64 and mask.shape == (32, 64)
     kept = (~mask).sum(1)
     assert all(row.tolist() == [False] * n + [True] * (64 - n) for row, n in zip(mask, kept.tolist(), strict=True))
