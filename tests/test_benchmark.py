@@ -296,6 +296,11 @@ def test_ratios_put_each_time_over_the_one_the_docs_name():
     assert row == pytest.approx({"efficient/torch (full)": 0.4, "efficient/torch (cls_only)": 0.625,
                                  "naive/efficient (full)": 4.0, "full/cls_only (naive)": 2.0,
                                  "full/cls_only (efficient)": 4.0, "full/cls_only (torch)": 6.25})
+    # A case the run skipped (naive full at T=2048, "skipped (~13 GB)") leaves its ratios blank ("n/a"), not 0 or inf.
+    skipped = pd.concat([results, results.assign(T=2048, ms=results["ms"] * 32)[lambda r: r["variant"] != "naive"]])
+    at_2048 = ratios(skipped).set_index("T").loc[2048]
+    assert at_2048[["naive/efficient (full)", "full/cls_only (naive)"]].isna().all()
+    assert at_2048["full/cls_only (efficient)"] == pytest.approx(4.0)
 
 
 def test_with_a_gpu_the_plot_adds_a_cuda_panel_and_ratios_keep_each_device_apart():
