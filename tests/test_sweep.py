@@ -136,6 +136,19 @@ def test_datasets_are_compared_side_by_side(tmp_path):
     assert groups["epoch_time_vs_fastest"].tolist() == [1.0, 1.0]  # each against its own dataset's fastest
 
 
+def test_tokens_per_second_vs_fastest_is_against_the_fastest_variant_on_the_same_dataset(tmp_path):
+    """docs/comparing.md: 'epoch time and tokens/s relative to the fastest variant', and summary.md: 'times and
+    tokens/s are relative to the fastest variant on this dataset' (the README's '| efficient | True | ... | 1.00× |'):
+    a dataset whose runs are all slower than another's still has its own fastest at 1.00×."""
+    for i, (dataset, model, seconds) in enumerate([("bbc-news", "efficient", 10.0), ("bbc-news", "naive", 20.0),
+                                                   ("r8", "efficient", 2.0), ("r8", "naive", 8.0)]):
+        fake_run(tmp_path / f"{i}_run", model=model, dataset=dataset, epoch_seconds=seconds)
+    groups = groups_table(runs_table(tmp_path)).set_index(["dataset", "model"])["tokens_per_second_vs_fastest"]
+    # tokens/s is 1000 / the run's training seconds: against its own dataset's most tokens per second
+    assert groups.to_dict() == pytest.approx({("bbc-news", "efficient"): 1.0, ("bbc-news", "naive"): 0.5,
+                                              ("r8", "efficient"): 1.0, ("r8", "naive"): 0.25})
+
+
 def edit_metrics(run_dir, **changes):
     metrics = RunMetrics.read(run_dir / "metrics.json")
     for key, value in changes.items():
