@@ -419,6 +419,38 @@ def test_workers_finishing_together_write_the_reports_in_turn_under_reports_lock
     assert json.loads((study_dir / "best.json").read_text())["trials"] == {"complete": 3}
 
 
+def test_each_report_file_is_written_whole_under_a_temporary_name_then_renamed_into_place(tmp_path, monkeypatch):
+    """docs/search.md: "each file is written under a temporary name and renamed into place: a reader never sees half
+    a file". best.json and trials.csv each arrive by one rename from a hidden name beside them, which held the whole
+    file; the final name is never written to directly."""
+    from optuna.distributions import FloatDistribution
+    from optuna.visualization import matplotlib as plots
+
+    from mha_textclf import tuning
+
+    for plot in ("plot_optimization_history", "plot_param_importances"):  # (drawing: read elsewhere)
+        monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
+    study = optuna.create_study(study_name="s", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=0.5, params={"trainer.lr": 0.005},
+                                              distributions={"trainer.lr": FloatDistribution(1e-4, 1e-1, log=True)}))
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    renames, real_replace = {}, os.replace
+
+    def replace(src, dst):
+        assert not Path(dst).exists()  # nothing written to the final name before the rename
+        renames[Path(dst).name] = (Path(src), Path(src).read_bytes())
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(tuning.os, "replace", replace)
+    tuning.write_study_reports(study, study_dir)
+    assert set(renames) == {"best.json", "trials.csv"}
+    for name, (src, content) in renames.items():
+        assert src.parent == study_dir and src.name != name and src.name.startswith(f".{name}.")
+        assert (study_dir / name).read_bytes() == content and not src.exists()
+    assert sorted(p.name for p in study_dir.iterdir()) == ["best.json", "trials.csv"]  # no temporary left
+
+
 def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
     """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (about 6 of the 50 asked for; read as
     seconds, a single trial)."""
