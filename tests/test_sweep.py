@@ -127,6 +127,22 @@ def test_groups_average_over_seeds_and_compare_speed(tmp_path):
     assert groups.loc["efficient", "epoch_time_vs_fastest"] == 1.0
 
 
+def test_epoch_time_is_relative_to_the_fastest_variant_whichever_it_is(tmp_path):
+    """docs/results.md's "epoch time vs fastest" column (summary.md: "times and tokens/s are relative to the fastest
+    variant on this dataset"): here naive's epochs take 1 s, torch's 1.5 s and efficient's 2 s, so naive is the 1.00×,
+    not efficient, the reference, nor the first variant in the table's order."""
+    for model, seconds in (("efficient", 2.0), ("naive", 1.0), ("torch", 1.5)):
+        fake_run(tmp_path / f"{model}_run", model=model, epoch_seconds=seconds)
+    runs = runs_table(tmp_path)
+    groups = groups_table(runs)
+    expected = {"efficient": 2.0, "naive": 1.0, "torch": 1.5}
+    assert groups.set_index("model")["epoch_time_vs_fastest"].to_dict() == expected
+    text = summary_markdown(tmp_path, runs, groups)
+    for heading in ("## The answer: bbc-news", "## By dataset"):
+        shown = {r["model"]: r["epoch time vs fastest"] for r in md_table(text, heading)}
+        assert shown == {model: f"{ratio:.2f}×" for model, ratio in expected.items()}, heading
+
+
 def test_datasets_are_compared_side_by_side(tmp_path):
     for i, (dataset, seconds) in enumerate([("bbc-news", 10.0), ("bbc-news", 10.0), ("r8", 4.0), ("r8", 2.0)]):
         fake_run(tmp_path / f"{i}_run", seed=i % 2, dataset=dataset, accuracy=0.9 - i / 10, epoch_seconds=seconds)
