@@ -799,6 +799,20 @@ def test_the_accuracy_of_a_seed_run_three_times_is_the_mean_of_its_runs_before_p
                                    f"to {100 * high:+.1f})")
 
 
+def test_pe_true_against_pe_false_counts_and_pairs_only_the_seeds_both_ran(tmp_path):
+    """docs/results.md: "pe=True against pe=False, paired over the seeds they share", its table's "shared seeds"
+    column. pe=True ran seeds 0, 1 and 2 (0.90, 0.90, then 0.50), pe=False only 0 and 1 (0.90 at both, its seed 2
+    failed, say): 2 shared seeds, identical at both; seed 2 is in neither the count nor the difference."""
+    for seed, accuracy in enumerate([0.90, 0.90, 0.50]):
+        fake_run(tmp_path / f"efficient_True_{seed}", pe=True, seed=seed, accuracy=accuracy, n_samples=1000)
+    for seed in (0, 1):
+        fake_run(tmp_path / f"efficient_False_{seed}", pe=False, seed=seed, accuracy=0.90, n_samples=1000)
+    runs = runs_table(tmp_path)
+    (row,) = md_table(summary_markdown(tmp_path, runs, groups_table(runs)), "### pe=True against pe=False")
+    assert (row["shared seeds"], row["val accuracy"], row["test accuracy"]) == (
+        "2", "identical at both seeds", "identical at both seeds")
+
+
 def test_the_rules_are_printed_under_the_comparisons_of_a_sweep_of_one_model_too(tmp_path):
     """docs/comparing.md: "the rules, printed under the tables". A sweep of one model over pe has no table against a
     reference, only pe=True against pe=False: the rules follow that table, word for word comparison.RULES."""
