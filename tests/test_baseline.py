@@ -16,7 +16,7 @@ from conftest import REPO, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline, tfidf_baseline
 from mha_textclf.data import load_corpus
 from mha_textclf.reports import RunMetrics
-from mha_textclf.tokenizer import resolve_vocab_size
+from mha_textclf.tokenizer import cache_key, resolve_vocab_size
 
 
 def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_read_the_whole_text(tmp_path):
@@ -41,6 +41,11 @@ def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_rea
     # character) n-grams to a linear SVM, which gives none.
     assert all(loss > 0 for loss in losses["wordpiece"])
     assert losses["words"] == losses["chars"] == (None, None)
+    # docs/results.md: "the TF-IDF model over the same 512 wordpieces": the tokenizer a training run on these data
+    # learns (its cache entry: the training split's texts alone, the vocabulary size decided from them), and no other.
+    corpus = load_corpus(settings.data, settings.seed)
+    vocab = resolve_vocab_size(corpus.train.texts, settings.tokenizer)[0].vocab_size
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache_key(corpus.train.texts, vocab, None)]
 
 
 def test_wordpiece_features_read_as_far_as_a_max_length_beyond_512(tmp_path, monkeypatch):
