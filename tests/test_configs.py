@@ -353,6 +353,9 @@ def test_experiment_search_sweeps_over_the_defaults():
     params = {key: values.split(",") for key, values in cfg.hydra.sweeper.params.items()}
     assert set(params) == {"pe", "seed", "model.token_dropout", "trainer.lr"}
     assert math.prod(len(values) for values in params.values()) == 72  # as its header says
+    # docs/results.md: "its best point averaged over pe=false and pe=true" (round 24a: pe=false alone over 6 seeds,
+    # still 72 runs, passed).
+    assert sorted(params["pe"]) == ["false", "true"]
     # The defaults must be one of the points the search measured, or the search does not back them.
     default = settings_for()
     assert str(default.model.token_dropout) in params["model.token_dropout"]
