@@ -189,6 +189,22 @@ def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
     assert model.embedding.weight.detach()[11].equal(weight[11])  # an unseen token does not move
 
 
+def test_attention_sees_the_scaled_embeddings_plus_the_whole_positional_encoding():
+    """docs/results.md: token vectors "multiplied by √C", and "the positional encoding, as large as the embeddings,
+    stays in the way": what attention sees at position t is the token's vector times √C plus the sinusoid of t at
+    its full, unit amplitude (the formula's, computed here by hand), neither shrunk nor scaled with the embeddings."""
+    model = build(pe=True)
+    seen = {}
+    model.attention.register_forward_hook(lambda module, args, kwargs, out: seen.update(key=args[1]),
+                                          with_kwargs=True)
+    ids = torch.tensor([[CLS, 7, 9, SEP]])
+    model(ids, ids == PAD)
+    t, i = torch.arange(4.0)[:, None], torch.arange(0, 16, 2)  # positions, even dimensions (C = 16)
+    angle = t / 10000 ** (i / 16)
+    sinusoid = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).flatten(1)  # (4, 16): sin, cos interleaved
+    torch.testing.assert_close(seen["key"], model.embedding.weight.detach()[ids] * 4.0 + sinusoid)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("pe", [False, True])
 @pytest.mark.parametrize("cls_only", [False, True])
