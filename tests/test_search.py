@@ -63,6 +63,19 @@ def test_interval_is_a_float_even_between_whole_numbers_and_only_int_interval_an
     assert space["trainer.epochs"] == optuna.distributions.IntDistribution(2, 64, log=True)
 
 
+
+def test_range_ends_before_its_end_as_python_s_range_does_on_every_grid():
+    """docs/search.md: the space is declared "in Hydra's sweep syntax: ... `range(a,b,step)`": Python's range, whose
+    end is left out, also where the steps land on it exactly: range(8, 32, 4) is 8, ..., 28 as list(range(8, 32, 4)),
+    and a float range(0, 1, 0.25) is numpy's arange (round 24: an end taken in when the steps reached it passed, the
+    one tested range ended between two steps)."""
+    for start, stop, step in ((8, 32, 4), (8, 33, 4), (1, 2, 1), (0, 10, 3)):
+        grid = search_space({"trainer.epochs": f"range({start}, {stop}, {step})"})["trainer.epochs"]
+        assert list(range(grid.low, grid.high + 1, grid.step)) == list(range(start, stop, step)), (start, stop, step)
+    grid = search_space({"model.dropout": "range(0.0, 1.0, 0.25)"})["model.dropout"]
+    assert isinstance(grid, optuna.distributions.FloatDistribution)
+    assert np.arange(grid.low, grid.high + grid.step / 2, grid.step) == pytest.approx(np.arange(0.0, 1.0, 0.25))
+
 def tiny(tmp_path, data_dir, *extra):
     settings = settings_for("study=tiny", f"storage=sqlite:///{tmp_path / 'optuna.db'}", "n_trials=3",
                             "startup_trials=1", "warmup_epochs=1", *extra, app="search")
