@@ -302,26 +302,33 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
 
 def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
     """docs/search.md: best.json holds the best trial, its parameters and metrics: its validation accuracy and loss,
-    test accuracy, training seconds and epochs, each from that trial's metrics (all different here)."""
+    test accuracy, training seconds and epochs, each from that trial's metrics (all different here); its parameters,
+    every one of the space's, as the trial was trained with them (round 24: best.json keeping only the first parameter
+    passed, the tests' spaces had one, or were checked only for what best.json held)."""
     from dataclasses import replace
 
     from mha_textclf.tuning import run_search
 
-    returned = {}
+    returned, trained_with = {}, {}
     fake = fake_trainer(lambda o: [0.9, 0.6, 0.7])  # 3 epochs, the best at the second
 
     def train_trial(overrides, run_dir, on_epoch_end):
         metrics = fake(overrides, run_dir, on_epoch_end)
-        lr = float(overrides[-1].split("=")[1])
+        trained_with[run_dir.name] = {key: float(value) for key, value in (o.split("=") for o in overrides)}
+        lr = trained_with[run_dir.name]["trainer.lr"]
         metrics = replace(metrics, val=replace(metrics.val, accuracy=lr, loss=1 - lr),
                           test=replace(metrics.test, accuracy=lr / 2, loss=9.0), train_seconds=100 * lr,
                           eval_seconds=0.5, best_epoch=2, epochs=10 + 7 * len(returned))  # each its own count
         returned[run_dir.name] = metrics
         return metrics
 
-    run_search(study_settings(tmp_path, n_trials=3, pruning=False), tmp_path / "study", train_trial)
+    settings = study_settings(tmp_path, n_trials=3, pruning=False)
+    settings.params |= {"trainer.weight_decay": "interval(0, 0.1)"}
+    run_search(settings, tmp_path / "study", train_trial)
     best = json.loads((tmp_path / "study" / "best.json").read_text())
     metrics = returned[f"trial_{best['best_trial']:03d}"]
+    assert best["params"] == trained_with[f"trial_{best['best_trial']:03d}"]
+    assert set(best["params"]) == {"trainer.lr", "trainer.weight_decay"}
     assert best["val_accuracy"] == metrics.val.accuracy == max(m.val.accuracy for m in returned.values())
     assert (best["val_loss"], best["test_accuracy"], best["train_seconds"], best["epochs"]) == (
         metrics.val.loss, metrics.test.accuracy, metrics.train_seconds, metrics.epochs)
