@@ -206,6 +206,11 @@ def test_a_trial_worse_than_the_median_is_pruned_and_one_at_its_last_epoch_is_no
         if trial.state.name == "PRUNED":
             assert max(trial.intermediate_values) == 2  # stopped at the first epoch after warm-up, not trained on
     assert any(t.state.name == "PRUNED" for t in study.trials)
+    # docs/search.md: best.json holds "the trials by state", the pruned too (the "pruned" column of its 40-trial
+    # table; scripts/measure_search.py's "finished trials (pruned)") (round 24: leaving the pruned out passed).
+    best = json.loads((tmp_path / "study" / "best.json").read_text())
+    states = [t.state.name.lower() for t in study.trials]
+    assert best["trials"] == {state: states.count(state) for state in ("complete", "pruned")}
     settings.warmup_epochs = 3  # now the first verdict falls on the last epoch: too late to prune
     settings.study, settings.n_trials = "late", 6
     late = run_search(settings, tmp_path / "late", fake_trainer(losses))
