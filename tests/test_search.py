@@ -266,6 +266,33 @@ def test_the_pruner_stops_a_trial_below_the_median_of_the_completed_trials_and_p
     assert all(list(t.intermediate_values) == [1, 2, 3, 4] for t in unpruned.trials)
 
 
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
+def test_the_study_s_pruner_cuts_at_the_median_itself_not_a_percentile_beside_it(tmp_path):
+    """docs/search.md: "`accuracy` (median pruner)": "stops a trial that is worse than the median of the earlier
+    completed trials at the same epoch (pruned ones left out; after warmup_epochs ...)". The study python -m search
+    opens, shown ten completed trials of 0, ..., 9 at the first epoch it judges (numpy's median: 4.5; other epochs far
+    off, five pruned trials far below): a trial at 4.49 is stopped, one at 4.51 goes on (round 24: a pruner at the
+    40th percentile passed, no tested trial lay between the two)."""
+    from optuna.distributions import FloatDistribution
+
+    from mha_textclf.tuning import _open_study
+
+    settings = settings_for(app="search")  # the defaults: warmup_epochs=2, startup_trials=5
+    study = _open_study(settings, str(tmp_path / "journal.log"))
+    judged = settings.warmup_epochs + 1  # epochs count from 1
+    values = [float(v) for v in range(10)]
+    for value, state in [(v, "COMPLETE") for v in values] + [(-100.0, "PRUNED")] * 5:
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState[state], value=value if state == "COMPLETE" else None,
+            params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)},
+            intermediate_values={judged - 1: value - 50, judged: value, judged + 1: value + 50}))
+    median = float(np.median(values))
+    for offset, stopped in ((-0.01, True), (0.01, False)):
+        trial = study.ask()
+        trial.report(median + offset, judged)
+        assert bool(trial.should_prune()) is stopped, offset
+
 def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
     from mha_textclf.tuning import run_search
 
