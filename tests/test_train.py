@@ -564,6 +564,10 @@ def test_a_run_that_gets_worse_keeps_its_best_epoch_and_reports_the_final_weight
     best = min(rows, key=lambda r: r["val_loss"])
     # Patience: the run ends exactly PATIENCE epochs after its best, and before its last epoch.
     assert metrics.stopped_early and len(rows) == metrics.best_epoch + PATIENCE < 8
+    # docs/search.md: "a pruned trial still loaded the data and wrote its reports": a run stopped before its last
+    # epoch (by patience here, by the search's pruner there) writes the whole contract, the probes included, but the
+    # attention map it was given no sentence for (round 24: skipping the probes of a run stopped early passed).
+    assert [name for name in CONTRACT if not (tmp_path / name).exists()] == ["attention_can_you_can_that.png"]
     assert metrics.best_epoch == best["epoch"] and rows[-1]["val_loss"] > 1.01 * best["val_loss"]
     # metrics.json's epochs counts the finished epochs (reports.py: "epochs: finished epochs"), the ones past the
     # best included, whichever epoch the run reports.
