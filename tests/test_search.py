@@ -308,8 +308,15 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
     span = max(t.datetime_complete for t in study.trials) - min(t.datetime_start for t in study.trials)
     assert best["study_seconds"] == round(span.total_seconds(), 1) >= 1.1
     assert best["trials"] == {"complete": 6} and best["best_trial"] == study.best_trial.number
+    space = settings.params
     settings.params = {"trainer.lr": "interval(0.1, 0.2)"}
     with pytest.raises(UserError, match="was started with another space"):
+        run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
+    # docs/search.md: "add any setting of the search to the quoted command, the same in every task": a worker whose
+    # shared training settings differ is refused as well, though its space is the same (round 24: comparing only the
+    # space passed).
+    settings.params, settings.train = space, ["trainer.epochs=3"]
+    with pytest.raises(UserError, match="was started with another space or shared settings"):
         run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
 
 
