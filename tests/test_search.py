@@ -510,14 +510,38 @@ def test_each_report_file_is_written_whole_under_a_temporary_name_then_renamed_i
     assert sorted(p.name for p in study_dir.iterdir()) == ["best.json", "trials.csv"]  # no temporary left
 
 
-def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path):
+def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path, monkeypatch):
     """timeout_minutes=0.02: trials of 0.2 s start for 1.2 s, then no more (about 6 of the 50 asked for; read as
     seconds, a single trial)."""
+    from optuna.visualization import matplotlib as plots
+
     from mha_textclf.tuning import run_search
+
+    for plot in ("plot_optimization_history", "plot_param_importances"):  # (a second of drawing; read elsewhere)
+        monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
 
     settings = study_settings(tmp_path, n_trials=50, pruning=False, timeout_minutes=0.02)
     study = run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], seconds=0.2))
     assert 1 < len(study.trials) < 50
+    # docs/search.md: "`timeout_minutes` applies to each worker": a worker joining a study whose other worker's trial
+    # took a minute still starts trials for its own 0.18 s (round 24: a timeout counted down by the study's trials
+    # passed, each test's study was new).
+    from datetime import datetime, timedelta
+
+    from optuna.distributions import FloatDistribution
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    (tmp_path / "joined").mkdir()
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "joined" / "optuna-journal.log")))
+    end = datetime.now()
+    optuna.create_study(study_name="fake", storage=storage, direction="maximize").add_trial(optuna.trial.FrozenTrial(
+        number=0, trial_id=0, state=optuna.trial.TrialState.COMPLETE, value=0.5, datetime_start=end - timedelta(
+            minutes=1), datetime_complete=end, params={"trainer.lr": 1e-3}, user_attrs={}, system_attrs={},
+        distributions={"trainer.lr": FloatDistribution(1e-4, 1e-1, log=True)}, intermediate_values={}))
+    settings.timeout_minutes = 0.003
+    joined = run_search(settings, tmp_path / "joined", fake_trainer(lambda o: [0.5], seconds=0.03))
+    assert 1 < len(joined.trials) - 1 < 49
 
 
 def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, monkeypatch):
