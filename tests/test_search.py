@@ -617,6 +617,19 @@ def test_a_journal_file_named_by_storage_holds_the_study_there(tmp_path):
     assert not (tmp_path / "study" / "optuna-journal.log").exists()
 
 
+
+def test_a_path_with_a_colon_but_no_scheme_is_a_journal_file(tmp_path):
+    """docs/search.md: "A path without `://` is a journal file; anything with `://` is an SQLAlchemy URL.": a folder
+    named by a time of day (run at 12:00) holds the study's journal all the same (round 24: taking any path with a
+    colon for a URL passed, no tested path had one; URLs: test_a_database_takes_a_trial_silent_...)."""
+    from mha_textclf.workers import HeartbeatJournalStorage, open_storage
+
+    journal = tmp_path / "run at 12:00" / "study.log"
+    storage = open_storage(str(journal), heartbeat_seconds=20)
+    assert isinstance(storage, HeartbeatJournalStorage)
+    optuna.create_study(study_name="s", storage=storage)
+    assert journal.is_file() and "s" in journal.read_text()
+
 def test_the_accuracy_space_is_the_documented_one():
     """docs/search.md: "python -m search  # 40 trials over configs/hparams_search/accuracy.yaml", "the space above,
     model.cls_only=true, 24 epochs, seed 0 for every trial", "the accuracy space, which varies data.max_length
