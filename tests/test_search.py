@@ -831,6 +831,37 @@ def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the
     assert [t.state.name for t in trials] == ["RUNNING", "FAIL", "RUNNING", "FAIL"]
 
 
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
+def test_a_worker_that_finishes_fails_and_requeues_a_trial_that_fell_silent_while_it_ran(tmp_path, monkeypatch):
+    """docs/search.md: "A trial silent for 3 heartbeats ... is marked failed by the next worker that starts, starts a
+    trial or finishes, and queued once more", "no trial stays RUNNING": while this worker runs its last trial,
+    another worker's trial falls silent (its last beat 100 s ago); this worker, finishing, fails it and queues it
+    again, and its best.json counts it so (round 24: no check when a worker finished passed)."""
+    from optuna.visualization import matplotlib as plots
+
+    from mha_textclf.tuning import run_search
+    from mha_textclf.workers import HEARTBEAT, open_storage
+
+    for plot in ("plot_optimization_history", "plot_param_importances"):  # (drawing: read elsewhere)
+        monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
+    settings, study_dir = study_settings(tmp_path, n_trials=1, pruning=False), tmp_path / "study"
+    fake = fake_trainer(lambda o: [0.5])
+
+    def train_trial(overrides, run_dir, on_epoch_end):  # meanwhile another worker's trial, dead since 100 s
+        other = optuna.load_study(study_name="fake", storage=open_storage(str(study_dir / "optuna-journal.log"), 20))
+        silent = other.ask()
+        silent.suggest_float("trainer.lr", 1e-4, 1e-1, log=True)
+        other._storage.set_trial_system_attr(silent._trial_id, HEARTBEAT, time.time() - 100)
+        return fake(overrides, run_dir, on_epoch_end)
+
+    study = run_search(settings, study_dir, train_trial)
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "WAITING"]
+    assert trials[2].params == trials[1].params and trials[2].system_attrs["failed_trial"] == 1
+    best = json.loads((study_dir / "best.json").read_text())
+    assert best["trials"] == {"complete": 1, "fail": 1, "waiting": 1}
+
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_a_journal_trial_whose_worker_keeps_beating_stays_alive_long_after_its_start(tmp_path, monkeypatch):
     """docs/search.md: "(Optuna keeps heartbeats for its databases only; for the journal file
