@@ -293,7 +293,7 @@ def test_the_study_s_pruner_cuts_at_the_median_itself_not_a_percentile_beside_it
         trial.report(median + offset, judged)
         assert bool(trial.should_prune()) is stopped, offset
 
-def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
+def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path, monkeypatch):
     from mha_textclf.tuning import run_search
 
     calls = []
@@ -318,6 +318,16 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path):
     settings.params, settings.train = space, ["trainer.epochs=3"]
     with pytest.raises(UserError, match="was started with another space or shared settings"):
         run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
+    # docs/search.md: "Every worker, when it stops, writes best.json, trials.csv and the plots from the storage": one
+    # that finds the study finished, and trains nothing, too (round 24: writing them only after trials passed).
+    from optuna.visualization import matplotlib as plots
+
+    for plot in ("plot_optimization_history", "plot_param_importances"):  # (drawing: read elsewhere)
+        monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
+    settings.train = []
+    (tmp_path / "study" / "best.json").unlink()
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
+    assert len(calls) == 6 and json.loads((tmp_path / "study" / "best.json").read_text())["trials"] == {"complete": 6}
 
 
 def test_a_failing_trial_does_not_end_the_study(tmp_path):
