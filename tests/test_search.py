@@ -385,9 +385,9 @@ def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
 
 
 def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_importance(tmp_path, monkeypatch):
-    """docs/search.md: optimization_history.png shows the finished trials' validation accuracy against the trial
+    """docs/search.md: optimization_history.png shows the complete trials' validation accuracy against the trial
     number and the best so far; param_importances.png a bar per parameter of the space, Optuna's importance evaluator
-    over the finished trials. Read from the figures the study saved, against the study in its storage."""
+    over the complete trials. Read from the figures the study saved, against the study in its storage."""
     from matplotlib.figure import Figure
 
     from mha_textclf.tuning import run_search
