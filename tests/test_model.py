@@ -112,6 +112,21 @@ def test_cls_only_gives_the_same_logits_and_gradients(variant, pe, token_dropout
     assert weights.shape == (3, 4, 12, 12)
 
 
+def test_the_logits_are_an_mlp_with_a_relu_over_the_cls_output_of_attention():
+    """README.md: "one multi-head self-attention layer → the `[CLS]` vector → MLP": the logits are
+    ReLU([CLS] output · W1ᵀ + b1) · W2ᵀ + b2, computed here by hand from attention's output, a hidden layer whose
+    nonlinearity makes it more than one linear map."""
+    model = build()
+    seen = {}
+    model.attention.register_forward_hook(lambda module, args, out: seen.update(y=out[0]))
+    ids, mask = batch([9, 5, 12])
+    logits = model(ids, mask)
+    first, second = model.classifier[0], model.classifier[-1]
+    hidden = seen["y"][:, 0] @ first.weight.T + first.bias
+    assert (hidden < 0).any()  # the ReLU has something to cut
+    torch.testing.assert_close(logits, hidden.clamp(min=0) @ second.weight.T + second.bias)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_token_dropout_hides_tokens_like_padding_while_training_only(variant):
     model = build(variant, pe=True, token_dropout=0.5)
