@@ -473,6 +473,11 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     readme = (REPO / "README.md").read_text()
     headline = md_table(readme, "<!-- headline: regenerated from summary.md -->")
     assert list(headline[0]) == list(variants["naive", "False"])
+    # Copies down to the Markdown: the header rule under the header line is the README's, "|---|---|...|".
+    rules = [[line for line in page.split(heading, 1)[1].splitlines() if line.startswith("|")][1]
+             for page, heading in ((readme, "<!-- headline: regenerated from summary.md -->"),
+                                   (text, "## The answer: bbc-news"))]
+    assert rules[0] == rules[1] == "|" + "---|" * len(headline[0])
     assert list(md_table(readme, "Against `efficient`, paired over the seeds they share")[0]) == list(
         md_table(text, "### Against efficient (the reference)")[0])
     assert variants["naive", "False"]["runs"] == variants["naive", "False"]["seeds"] == "3"
