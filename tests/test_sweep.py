@@ -487,6 +487,9 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     readme = (REPO / "README.md").read_text()
     headline = md_table(readme, "<!-- headline: regenerated from summary.md -->")
     assert list(headline[0]) == list(variants["naive", "False"])
+    # Rows in the README's order: by model, then pe=False before pe=True.
+    assert [(r["model"], r["pe"]) for r in headline] == sorted((r["model"], r["pe"]) for r in headline)
+    assert list(variants) == [("efficient", "False"), ("efficient", "True"), ("naive", "False"), ("naive", "True")]
     # Copies down to the Markdown: the header rule under the header line is the README's, "|---|---|...|".
     rules = [[line for line in page.split(heading, 1)[1].splitlines() if line.startswith("|")][1]
              for page, heading in ((readme, "<!-- headline: regenerated from summary.md -->"),
