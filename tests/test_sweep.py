@@ -476,6 +476,18 @@ def paired_sweep(folder, ratios=(1.45, 1.5, 1.55), naive_articles=(0, 0, -2), pe
                          stages={"fit": {"seconds": 12.0, "peak_memory_mb": 500.0 + 10 * seed}})
 
 
+def test_the_speed_ratio_pairs_each_seed_with_the_reference_s_run_of_the_same_seed(tmp_path):
+    """README.md: 'Against `efficient`, paired over the seeds they share (a ratio above 1: more seconds per epoch)':
+    efficient's epochs take 1, 2 and 4 s at seeds 0, 1, 2 and naive's 1.5 times its own seed's, so each pair is
+    exactly 1.5 and the interval has no width; paired across seeds, the ratios would spread from 0.375 to 6."""
+    for seed, seconds in enumerate([1.0, 2.0, 4.0]):
+        for model, factor in (("efficient", 1.0), ("naive", 1.5)):
+            fake_run(tmp_path / f"{model}_{seed}", model=model, seed=seed, epoch_seconds=seconds * factor)
+    runs = runs_table(tmp_path)
+    (against,) = md_table(summary_markdown(tmp_path, runs, groups_table(runs)), "### Against efficient (the reference)")
+    assert (against["shared seeds"], against["epoch time"]) == ("3", "slower by 1.50× (95% CI 1.50–1.50×)")
+
+
 def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     paired_sweep(tmp_path)
     write_summary(tmp_path)
