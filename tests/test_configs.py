@@ -63,6 +63,21 @@ def test_a_tuned_file_fixes_only_settings_that_adapt_for_its_own_data_config():
     assert bbc == {k: values[0] for k, values in BY_TEXT_LENGTH.items()}
 
 
+def test_a_corpus_data_config_sets_where_and_how_to_read_its_corpus_and_nothing_else():
+    """README.md: 'The defaults hold beyond bbc-news, corpus by corpus, with nothing set but the corpus's data config
+    (python -m train -m data=<corpus> seed=0,1,2)': each corpus's configs/data/<corpus>.yaml (bbc-news aside, which
+    keeps its tuned values) names its files and columns only; every other setting, data.max_length and the split
+    fractions included, composes to what data=own gives."""
+    reading = {"data.path", "data.name", "data.text_column", "data.label_column"}
+    own = {k: v for k, v in flat(asdict(settings_for("data=own", "data.path=/somewhere"))).items() if k not in reading}
+    corpora = sorted(p.stem for p in (CONFIG_DIR / "data").glob("*.yaml") if p.stem not in ("bbc_news", "own"))
+    assert len(corpora) == 7
+    for corpus in corpora:
+        assert set(OmegaConf.load(CONFIG_DIR / "data" / f"{corpus}.yaml")) <= {k.removeprefix("data.") for k in reading}
+        composed = flat(asdict(settings_for(f"data={corpus}")))
+        assert {k: v for k, v in composed.items() if k not in reading} == own, corpus
+
+
 def test_default_variant_is_efficient_without_pe():
     settings = settings_for()
     assert settings.model.attention == "efficient" and settings.pe is False
