@@ -11,6 +11,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import MISSING, OmegaConf
 
 from conftest import CONFIG_DIR, REPO, compose_config, require, settings_for, train_in_process
+from mha_textclf.errors import UserError
 from mha_textclf.settings import (
     ADAPTIVE,
     BY_TEXT_LENGTH,
@@ -237,6 +238,16 @@ def test_data_path_comes_from_the_environment(monkeypatch):
     assert settings_for().data.path == "/somewhere/bbc"
     monkeypatch.delenv("BBC_NEWS_PATH")
     assert settings_for().data.path == "SetFit/bbc-news"
+
+
+def test_data_own_takes_no_corpus_of_its_own_and_asks_for_data_path(monkeypatch):
+    """docs/own-data.md: "Choose `data=own`, point `data.path` at a corpus in the shape it comes in": data=own has no
+    corpus of its own to fall back on (not bbc-news, whatever BBC_NEWS_PATH says); without data.path it is refused,
+    naming the setting."""
+    monkeypatch.setenv("BBC_NEWS_PATH", "/somewhere/bbc")
+    with pytest.raises(UserError, match=r"data\.path is required"):
+        settings_for("data=own")
+    assert settings_for("data=own", "data.path=/mine").data.path == "/mine"
 
 
 def test_reuters_r8_reads_r8_path_before_corpora_dir_as_its_config_says(monkeypatch):
