@@ -195,6 +195,17 @@ def test_a_folder_with_one_data_file_of_any_name_is_a_train_split(tmp_path):
     assert len(corpus.train) + len(corpus.val) + len(corpus.test) == 40 and corpus.class_names == ["a", "b"]
 
 
+@pytest.mark.parametrize("name", ["test.jsonl", "dev.jsonl"])
+def test_a_single_file_is_a_train_split_whatever_split_its_name_says(tmp_path, name):
+    """docs/own-data.md Splits: "A single file, or a folder holding one file of any name, is a train split": data.path
+    at test.jsonl or dev.jsonl alone trains on it, with test and validation carved from it (20%, then 25%)."""
+    (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows(40)))
+    corpus = load(tmp_path / name)
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (24, 8, 8)
+    assert corpus.sources["train"] == "train split minus what was carved from it"
+    assert corpus.sources["test"].startswith("carved from the train split: 20%")
+
+
 def test_a_hub_dataset_takes_the_same_path_after_loading(monkeypatch):
     import huggingface_hub
 
