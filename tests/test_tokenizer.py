@@ -339,8 +339,12 @@ def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts,
 
 def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts):
     """encode tokenizes a prefix of a very long text; the ids must be the whole text's, truncated."""
+    # The fifth: at max_length 32 its 512-character prefix holds 25 tokens (3 [UNK] words of 120 characters and 20
+    # "the"), fewer than 32 but more than half, so only tokenizing the whole text again gives its 32 ids
+    # (docs/own-data.md Scale: "tokenized from a prefix that gives exactly the same ids"; round 26b: redoing only
+    # prefixes of fewer than half the tokens passed).
     long_texts = [" ".join(train_texts[:40]), "x" * 20_000 + " end", " ".join(train_texts[:3]) + " " + "y" * 9000,
-                  "short text"]
+                  "short text", ("z" * 120 + " ") * 3 + "the " * 20 + "z" * 120 + " the" * 50]
     for max_length in (32, 128):
         got = [x.tolist() for x in tok.encode(trained, long_texts, max_length)]
         whole = trained(long_texts, truncation=True, max_length=max_length)["input_ids"]
