@@ -121,7 +121,9 @@ def test_orange_single_files_keep_quoted_tabs_and_line_breaks_in_one_text(fetche
     assert slo.class_names == ["Politika", "Šport"] and "carved" in slo.sources["test"]
     texts = slo.train.texts + slo.val.texts + slo.test.texts
     assert sorted(texts) == sorted(f"komentar {i} o\tčem\nše {s}" for s in ("Šport", "Politika") for i in range(10))
+    assert (len(slo.train), len(slo.val), len(slo.test)) == (12, 4, 4)  # the default carving: 20%, then 25%
     tweets = load("election_tweets", dest, monkeypatch)
+    assert (len(tweets.train), len(tweets.val), len(tweets.test)) == (12, 4, 4)
     assert tweets.class_names == ["A", "B"] and '"A" tweet 0 https://t.co/x' in tweets.train.texts + tweets.val.texts \
         + tweets.test.texts
 
@@ -132,6 +134,9 @@ def test_rotten_tomatoes_is_the_packages_file_as_it_is(fetched, monkeypatch):
     assert corpus.class_names == ["fresh", "plot", "rotten"] and len(corpus.train) + len(corpus.val) + len(
         corpus.test) == 30
     assert "a, plot snippet\nover two lines 3" in corpus.train.texts + corpus.val.texts + corpus.test.texts
+    # docs/own-data.md's table: "8343 / 2781 / 2781 ... Sizes after the default carving": test 20% of the one file,
+    # then validation 25% of the rest, as for any single file (round 26b: a test_fraction in the config passed).
+    assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (18, 6, 6)
     assert "rotten_tomatoes_corpus_full.csv.bz2 (30 rows)" in stdout
 
 
