@@ -147,6 +147,9 @@ def test_chinese_reviews_are_distinct_and_split_the_same_way_every_time(fetched,
     everything = corpus.train.texts + corpus.val.texts + corpus.test.texts
     assert sorted(everything) == sorted(f"这本书{w}{i}" for w in "差好" for i in range(20))  # once each; not 一般
     assert len(corpus.test) == 8 and sorted(corpus.test.labels) == [0] * 4 + [1] * 4  # 20% of each class
+    # docs/own-data.md's table: "10418 / 3473 / 3472 ... Sizes after the default carving": validation is 25% of
+    # the train file (round 26b: a val_fraction in chinese_reviews.yaml passed).
+    assert (len(corpus.train), len(corpus.val)) == (24, 8)
     assert not set(corpus.test.texts) & set(corpus.train.texts + corpus.val.texts)
     # Another process (another hash seed, so another set order) writes the same bytes.
     again = tmp_path / "again"
