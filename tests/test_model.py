@@ -177,6 +177,19 @@ def test_a_long_text_is_hidden_bitwise_as_a_plain_rate_hides_it():
     assert torch.equal(*logits)
 
 
+def test_below_128_tokens_token_dropout_0_85_hides_exactly_what_0_75_hides():
+    """docs/own-data.md: "Token dropout 0.85 itself changes nothing on a text of fewer than 128 tokens: there both
+    rates give way to `token_dropout_keep`": texts of 20, 40 and 100 tokens give the same logits at either rate under
+    the same seed (round 26b: a keep rule that scaled with the rate passed, every test used 0.75)."""
+    ids, mask = batch([21, 41, 101])  # [CLS] + n tokens (+ [SEP]): n = 20, 40, 100
+    logits = []
+    for rate in (0.85, 0.75):
+        model = build(token_dropout=rate, token_dropout_keep=32).train()
+        torch.manual_seed(3)
+        logits.append(model(ids, mask))
+    assert torch.equal(*logits)
+
+
 def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_and_1_minus_32_over_n():
     """docs/own-data.md's rule with the defaults of short-text corpora (token dropout 0.75, the schema's keep 32): a
     20-token snippet keeps every token, a 40-token text is hidden at 1 - 32/40 = 0.2, a 160-token article at 0.75."""
