@@ -303,6 +303,28 @@ def test_ratios_put_each_time_over_the_one_the_docs_name():
     assert at_2048["full/cls_only (efficient)"] == pytest.approx(4.0)
 
 
+def test_the_script_prints_a_case_the_run_skipped_as_n_a(tmp_path, monkeypatch, capsys):
+    """docs/performance.md's ratio table shows naive at T=2048, which the run skipped, as "n/a": so does the script's
+    printout, in every table, never NaN."""
+    from types import SimpleNamespace
+
+    from mha_textclf import benchmark
+
+    ms = {("efficient", "full"): 2.0, ("torch", "full"): 5.0, ("naive", "full"): 8.0,
+          ("efficient", "cls_only"): 0.5, ("torch", "cls_only"): 0.8, ("naive", "cls_only"): 4.0}
+    results = pd.DataFrame([{"device": "cpu", "T": T, "variant": v, "mode": m, "ms": t, "peak_mb": 1.0,
+                             "pct_of_peak": 10.0} for T in (64, 2048) for (v, m), t in ms.items()
+                            if not (T == 2048 and v == "naive")])
+    monkeypatch.setattr(benchmark, "run", lambda *a, **k: (results, {"cpu": 100.0}))
+    monkeypatch.setattr(benchmark, "plot", lambda results: SimpleNamespace(savefig=lambda *a, **k: None))
+    assert load_script("benchmark").main(["--devices", "cpu", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "NaN" not in printed and "nan" not in printed
+    ratios_at_2048 = next(line for line in printed.split("ratios (time)")[1].splitlines() if " 2048 " in line)
+    assert ratios_at_2048.count("n/a") == 2  # naive/efficient (full) and full/cls_only (naive)
+    assert printed.split("ratios (time)")[0].count("n/a") == 3 * 2  # two naive cells in each of the three tables
+
+
 def test_with_a_gpu_the_plot_adds_a_cuda_panel_and_ratios_keep_each_device_apart():
     """docs/performance.md: "The benchmark adds a CUDA panel ... when a GPU is present"; benchmark.png has one panel
     per device, each drawing its own device's times, and ratios.csv puts each time over the same device's (a CUDA
