@@ -17,16 +17,8 @@ from torch.profiler import ProfilerActivity, profile
 from mha_textclf import cli
 from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
-from mha_textclf.pipeline import (
-    adapt_to_corpus,
-    build_model,
-    by_text_length,
-    load_data,
-    make_loaders,
-    vocabulary_size,
-)
-from mha_textclf.settings import BY_TEXT_LENGTH, TrainSettings
-from mha_textclf.tokenizer import get_tokenizer
+from mha_textclf.pipeline import build_model, prepare
+from mha_textclf.settings import TrainSettings
 from mha_textclf.training import seed_everything
 
 STEPS, WARMUP = 8, 2
@@ -54,14 +46,10 @@ def main(argv: list[str]) -> int:
 
 def profile_steps(settings: TrainSettings) -> int:
     seed_everything(settings.seed)
-    corpus = load_data(settings)  # as train does: the same batches, the same model
-    # What a corpus decides (settings left null), as train decides it, so that this is the model train would build.
-    settings, _ = adapt_to_corpus(settings, ("tokenizer.vocab_size",), None, None,
-                                  lambda: vocabulary_size(corpus, settings))
-    tokenizer = get_tokenizer(corpus.train.texts, settings.tokenizer, settings.data.max_length)
-    loader = make_loaders(settings, corpus, tokenizer, torch.device("cpu"))["train"]
-    settings, _ = adapt_to_corpus(settings, tuple(BY_TEXT_LENGTH), None, None,
-                                  lambda: by_text_length(loader.dataset.input_ids))
+    # As train prepares a run: the same batches, and the model it would build from the settings the corpus decides.
+    prepared = prepare(settings, torch.device("cpu"))
+    settings, corpus, tokenizer, loader = (prepared.settings, prepared.corpus, prepared.tokenizer,
+                                           prepared.loaders["train"])
     batches = [batch for _, batch in zip(range(STEPS + WARMUP), loader, strict=False)]
     print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, token dropout "
           f"{settings.model.token_dropout}, batch {settings.trainer.batch_size}, {torch.get_num_threads()} threads, "

@@ -140,7 +140,7 @@ def test_a_run_resumed_into_a_new_folder_takes_the_tokenizer_of_the_run_it_conti
     corpus = SimpleNamespace(train=SimpleNamespace(texts=["texts the resumed run never learned from"]))
     state = load_training_state(smoke_run.dir / "last.pt")
     new = tmp_path / "resumed"
-    tokenizer = train_module.prepare_tokenizer(settings, corpus, new, state)
+    tokenizer = train_module.prepare_tokenizer(settings, settings.tokenizer, corpus, new, state)
     original = load_tokenizer(smoke_run.dir / "tokenizer", settings.data.max_length)
     assert tokenizer.get_vocab() == original.get_vocab()
     assert load_tokenizer(new / "tokenizer", settings.data.max_length).get_vocab() == original.get_vocab()

@@ -360,3 +360,22 @@ def test_a_number_that_is_not_finite_is_a_mistake_even_where_its_bound_would_hol
     learning rate; inf and nan are refused as numbers before any bound is compared (inf would pass "> 0" and the run
     would diverge in its first epoch, or fail to build its schedule from an infinite warm-up)."""
     assert command_line_problems(f"{key}={value}") == [f"{key}={value}: must be a finite number."]
+
+
+def test_every_training_setting_says_what_it_decides():
+    """A new setting must be judged once, on its field: the stage it decides, or None for nothing trained."""
+    from mha_textclf.settings import _TRAINING, STAGES
+
+    undeclared = {key: meta["decides"] for key, meta in _TRAINING.items() if meta["decides"] not in (*STAGES, None)}
+    assert not undeclared
+
+
+def test_hydras_folder_name_exclusions_are_the_settings_that_name_no_folder():
+    """configs/hydra/default.yaml's exclude_keys, as Hydra composes it, against the schema's `names_folder=False`."""
+    from conftest import compose_config
+    from mha_textclf.settings import NOT_IN_FOLDER_NAMES
+
+    cfg = compose_config([], hydra_config=True)
+    excluded = list(cfg.hydra.job.config.override_dirname.exclude_keys)
+    assert sorted(excluded) == sorted(NOT_IN_FOLDER_NAMES)
+    assert len(excluded) == len(set(excluded))

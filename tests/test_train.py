@@ -34,7 +34,7 @@ from conftest import (
     write_jsonl,
 )
 from mha_textclf import pipeline as train_module
-from mha_textclf import run_folder, training
+from mha_textclf import resolve, run_folder, training
 from mha_textclf.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.data import load_corpus
 from mha_textclf.inference import load_run, predict
@@ -768,9 +768,9 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
 ])
 def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_half_the_texts_at_128_tokens(lengths,
                                                                                                         long):
-    decided = train_module.by_text_length([[1] * n for n in lengths])
-    assert {k: value for k, (value, _) in decided.items()} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
-    assert {why for _, why in decided.values()} == {
+    decided = resolve.by_text_length(lengths)
+    assert {k: d.value for k, d in decided.items()} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
+    assert {d.why for d in decided.values()} == {
         f"the median training text has {np.median(lengths):g} tokens, "
         f"{'at least' if long else 'fewer than'} {LONG_TEXT}: {'a corpus of long texts' if long else 'short texts'}"}
 
@@ -791,8 +791,8 @@ def test_the_readme_s_long_text_rule_is_the_rule_the_pipeline_applies():
     promised = {True: dict(zip(keys, values[:4], strict=True)) | {"pe": True},
                 False: dict(zip(keys, values[4:], strict=True)) | {"pe": False}}
     for lengths, long in (([int(threshold)] * 3, True), ([int(threshold) - 1] * 3, False)):
-        decided = train_module.by_text_length([[1] * n for n in lengths])
-        assert {k: value for k, (value, _) in decided.items()} == promised[long], long
+        decided = resolve.by_text_length(lengths)
+        assert {k: d.value for k, d in decided.items()} == promised[long], long
 
 
 class _DecidedError(Exception):
@@ -827,14 +827,14 @@ def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and
     with pytest.raises(ValueError, match=r"model\.d_model, model\.token_dropout left null: a setting that adapts"):
         ModelConfig(attention="efficient", vocab_size=50, n_classes=2, n_heads=2, pe=False, max_length=8, pad_id=0)
     with pytest.raises(ValueError, match=r"trainer\.epochs left null: .*give it a value, or let "
-                                         r"pipeline\.adapt_to_corpus decide it"):
+                                         r"resolve\.resolve decide it"):
         training.fit(torch.nn.Linear(1, 1), [], [], TrainerSettings(label_smoothing=0.0), torch.device("cpu"))
 
 
 def test_the_documented_log_line_of_a_corpus_of_long_texts_is_the_rule_s_own():
     """docs/configuration.md and docs/own-data.md quote the line a run on 20 Newsgroups logs (median 195 tokens)."""
-    decided = train_module.by_text_length([[1] * n for n in (100, 195, 300)])
-    value, why = decided["trainer.epochs"]
+    decided = resolve.by_text_length((100, 195, 300))
+    value, why = decided["trainer.epochs"].value, decided["trainer.epochs"].why
     line = f"trainer.epochs={value} (null: {why})"
     for doc in ("configuration.md", "own-data.md"):
         assert line in " ".join((REPO / "docs" / doc).read_text().split()), doc

@@ -24,21 +24,21 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TypeVar
 
-from mha_textclf.settings import TrainSettings
+from mha_textclf.settings import TrainSettings, deciding, flat
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 def corpus_key(settings: TrainSettings) -> str:
-    data = {k: v for k, v in asdict(settings.data).items() if k not in ("max_length", "group_by_length")}
-    return json.dumps({"data": data, "seed": settings.seed}, sort_keys=True, default=str)
+    values = flat(asdict(settings))
+    return json.dumps({key: values[key] for key in deciding("corpus")}, sort_keys=True, default=str)
 
 
 def tokenizer_key(settings: TrainSettings) -> str:
-    tokenizer = {k: v for k, v in asdict(settings.tokenizer).items() if k != "cache_dir"}
-    return json.dumps({"corpus": corpus_key(settings), "tokenizer": tokenizer,
-                       "max_length": settings.data.max_length, "resume": settings.resume}, sort_keys=True, default=str)
+    # `resume` decides nothing trained, but where the tokenizer comes from: a resumed run takes its run's.
+    values = flat(asdict(settings))
+    return json.dumps({key: values[key] for key in [*deciding("tokenizer"), "resume"]}, sort_keys=True, default=str)
 
 
 KEYS: dict[str, Callable[[TrainSettings], str]] = {

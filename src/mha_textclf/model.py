@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from mha_textclf.attention import build_attention
-from mha_textclf.settings import ModelSettings, require_decided
-
-
-@dataclass(kw_only=True)
-class ModelConfig(ModelSettings):
-    """The whole architecture: what a user sets (`ModelSettings`, with its defaults) plus what the pipeline derives.
-
-    Saved with the weights in every checkpoint, so a model can be rebuilt from its file alone.
-    """
-
-    vocab_size: int  # from the tokenizer
-    n_classes: int  # from the data
-    pe: bool  # the top-level switch
-    max_length: int  # data.max_length: the longest input the positional encoding covers
-    pad_id: int  # the tokenizer's [PAD]
-
-    def __post_init__(self):
-        require_decided(self, "model")
+from mha_textclf.settings import ModelConfig
 
 
 class SinusoidalPositionalEncoding(nn.Module):

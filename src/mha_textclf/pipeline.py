@@ -10,16 +10,17 @@ from __future__ import annotations
 import copy
 import logging
 import shlex
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerBase
 
-from mha_textclf import run_folder
+from mha_textclf import resolve, run_folder
 from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
 from mha_textclf.checkpoint import save_checkpoint
 from mha_textclf.data import Corpus, load_corpus, make_loader
@@ -36,15 +37,9 @@ from mha_textclf.reports import (
     time_to_accuracy,
     write_json,
 )
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, TrainSettings, flat, show, with_values
-from mha_textclf.tokenizer import (
-    encode,
-    get_tokenizer,
-    load_tokenizer,
-    resolve_vocab_size,
-    unknown_rate,
-    unknown_rate_warning,
-)
+from mha_textclf.resolve import Resolved
+from mha_textclf.settings import TokenizerSettings, TrainSettings, flat, show
+from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer, unknown_rate, unknown_rate_warning
 from mha_textclf.tracking import open_trackers
 from mha_textclf.training import (
     FitResult,
@@ -106,52 +101,85 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
     # The loggers (logger=...) close with the run: FINISHED, KILLED by a signal, or FAILED on any exception.
     with open_trackers(settings.logger, run_dir, sweep) as trackers:
         stage = Stages(device)
-        with stage("data"):
-            corpus = inputs.get("corpus", settings, lambda: load_data(settings))
-        with stage("tokenizer"):
-            settings, adapted = adapt_to_corpus(settings, ("tokenizer.vocab_size",), run_dir, state,
-                                                lambda: vocabulary_size(corpus, settings))
-            tokenizer = prepare_tokenizer(settings, corpus, run_dir, state, start.in_place, inputs)
-        with stage("encode"):
-            loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
-        settings, by_length = adapt_to_corpus(settings, tuple(BY_TEXT_LENGTH), run_dir, state,
-                                              lambda: by_text_length(loaders["train"].dataset.input_ids))
-        adapted |= by_length
-        unk_rate = unknown_tokens(tokenizer, loaders, corpus)
-        model = build_model(settings, corpus, tokenizer).to(device)
-        trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
-                       {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
-                        "dataset": corpus.name} | ({"sweep": sweep} if sweep else {}))
+        prepared = prepare(settings, device, stage, state, run_dir, start.in_place, inputs)
+        if prepared.resolved.decisions:  # what the corpus decided, for the same command to continue with
+            run_folder.write_config(run_dir, prepared.resolved.settings)
+        return _fit_and_report(prepared, run_dir, state, overrides, device, sweep, on_epoch_end, trackers, stage)
 
-        # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after
-        # the current step; the reports below are still written, for the last (or best) finished epoch.
-        metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
-        weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
-                   if settings.trainer.class_weights == "balanced" else None)
 
-        def epoch_done(row: dict) -> bool | None:
-            append_history(run_dir / "history.csv", row)
-            trackers.log({"val/loss": row["val_loss"], "val/accuracy": row["val_accuracy"],
-                          "train/epoch_loss": row["train_loss"], "time/train_seconds": row["train_seconds"],
-                          "time/eval_seconds": row["eval_seconds"]}, step=row["epoch"])
-            return on_epoch_end(row)
+@dataclass
+class Prepared:
+    """What a run trains on, and the settings it trains with: resolved against its corpus."""
 
-        with StopOnSignal() as stop:
-            with stage("fit"):
-                result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
-                             state_path=run_dir / "last.pt", best_path=run_dir / "best.pt",
-                             class_names=corpus.class_names, class_weights=weights, resume_state=state,
-                             metadata=metadata, on_epoch_end=epoch_done,
-                             on_step=lambda step, values: trackers.log(
-                                 {"train/loss": values["loss"], "train/lr": values["lr"]}, step))
-            with stage("reports"):
-                save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
-                metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
-                                        stage.record, unk_rate, adapted)
-                write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
-        metrics.stages = stage.record  # now with the reports' own stage
-        metrics.write(run_dir / "metrics.json")
-        trackers.finish(final_values(metrics), run_dir, "KILLED" if metrics.interrupted_by else "FINISHED")
+    corpus: Corpus
+    tokenizer: PreTrainedTokenizerBase
+    loaders: dict[str, DataLoader]
+    resolved: Resolved
+
+    @property
+    def settings(self) -> TrainSettings:
+        return self.resolved.settings
+
+
+def prepare(settings: TrainSettings, device: torch.device, stage: Stages | None = None, state: dict | None = None,
+            run_dir: Path | None = None, in_place: bool = False, inputs: InputCache | None = None) -> Prepared:
+    """The corpus, the tokenizer and the batches, and the settings resolved against them (resolve.py), in the order
+    a run needs them; `stage` times each step. With `run_dir` the tokenizer is saved there (kept there when
+    continuing `in_place`); `state` is a continued run's last.pt, whose decisions it keeps."""
+    stage = stage or Stages(device)
+    inputs = inputs or InputCache()
+    saved = flat(state["metadata"]["config"]) if state else None
+    with stage("data"):
+        corpus = inputs.get("corpus", settings, lambda: load_data(settings))
+    with stage("tokenizer"):
+        vocabulary = resolve.vocabulary(settings, corpus.train.texts, saved)
+        tokenizer = prepare_tokenizer(settings, resolve.tokenizer_settings(settings, vocabulary), corpus, run_dir,
+                                      state, in_place, inputs)
+    with stage("encode"):
+        loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
+    train_lengths = [len(ids) for ids in loaders["train"].dataset.input_ids]
+    return Prepared(corpus, tokenizer, loaders, resolve.resolve(settings, vocabulary, train_lengths, saved))
+
+
+def _fit_and_report(prepared: Prepared, run_dir: Path, state: dict | None, overrides: Sequence[str],
+                    device: torch.device, sweep: str | None, on_epoch_end: Callable[[dict], bool | None],
+                    trackers, stage: Stages) -> tuple[RunMetrics, StopOnSignal]:
+    settings, corpus, tokenizer, loaders = prepared.settings, prepared.corpus, prepared.tokenizer, prepared.loaders
+    unk_rate = unknown_tokens(tokenizer, loaders, corpus)
+    model = build_model(settings, corpus, tokenizer).to(device)
+    trackers.start({k: str(v) for k, v in flat(asdict(settings)).items()},
+                   {"model": settings.model.attention, "pe": str(settings.pe), "seed": str(settings.seed),
+                    "dataset": corpus.name} | ({"sweep": sweep} if sweep else {}))
+
+    # Every finished epoch goes to history.csv and last.pt before the next starts. A signal stops training after
+    # the current step; the reports below are still written, for the last (or best) finished epoch.
+    metadata = {"config": asdict(settings), "overrides": [o for o in overrides if not o.startswith("resume=")]}
+    weights = (balanced_class_weights(corpus.train.labels, len(corpus.class_names))
+               if settings.trainer.class_weights == "balanced" else None)
+
+    def epoch_done(row: dict) -> bool | None:
+        append_history(run_dir / "history.csv", row)
+        trackers.log({"val/loss": row["val_loss"], "val/accuracy": row["val_accuracy"],
+                      "train/epoch_loss": row["train_loss"], "time/train_seconds": row["train_seconds"],
+                      "time/eval_seconds": row["eval_seconds"]}, step=row["epoch"])
+        return on_epoch_end(row)
+
+    with StopOnSignal() as stop:
+        with stage("fit"):
+            result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
+                         state_path=run_dir / "last.pt", best_path=run_dir / "best.pt",
+                         class_names=corpus.class_names, class_weights=weights, resume_state=state,
+                         metadata=metadata, on_epoch_end=epoch_done,
+                         on_step=lambda step, values: trackers.log(
+                             {"train/loss": values["loss"], "train/lr": values["lr"]}, step))
+        with stage("reports"):
+            save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
+            metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
+                                    stage.record, unk_rate, prepared.resolved.adapted)
+            write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
+    metrics.stages = stage.record  # now with the reports' own stage
+    metrics.write(run_dir / "metrics.json")
+    trackers.finish(final_values(metrics), run_dir, "KILLED" if metrics.interrupted_by else "FINISHED")
 
     status = f"INTERRUPTED by {metrics.interrupted_by} after epoch {metrics.epochs}, " if metrics.interrupted_by else ""
     log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
@@ -205,57 +233,23 @@ def load_data(settings: TrainSettings) -> Corpus:
     return corpus
 
 
-def adapt_to_corpus(settings: TrainSettings, keys: Sequence[str], run_dir: Path | None, state: dict | None,
-                    decide: Callable[[], dict[str, tuple]]) -> tuple[TrainSettings, dict[str, str]]:
-    """The settings with those of `keys` left null (settings.ADAPTIVE) decided by `decide()`, {key: (value, why)},
-    once: a continued run keeps the values it decided when it started. Logged, written into run_dir's config.yaml
-    (and so into last.pt's metadata), and returned as {key: "value: why"} for metrics.json."""
-    left_null = [k for k in keys if flat(asdict(settings))[k] is None]
-    if not left_null:
-        return settings, {}
-    if state:
-        saved = flat(state["metadata"]["config"])
-        decided = {k: (saved[k], "decided when this run started") for k in left_null}
-    else:
-        decided = {k: why for k, why in decide().items() if k in left_null}
-    settings = with_values(settings, {k: value for k, (value, _) in decided.items()})
-    for k, (value, why) in decided.items():
-        log.info(f"{k}={show(value)} (null: {why})")
-    if run_dir is not None:
-        run_folder.write_config(run_dir, settings)
-    return settings, {k: f"{show(value)}: {why}" for k, (value, why) in decided.items()}
-
-
-def vocabulary_size(corpus: Corpus, settings: TrainSettings) -> dict[str, tuple]:
-    tokenizer, why = resolve_vocab_size(corpus.train.texts, settings.tokenizer)
-    return {"tokenizer.vocab_size": (tokenizer.vocab_size, why)}
-
-
-def by_text_length(input_ids: Sequence[Sequence[int]]) -> dict[str, tuple]:
-    """settings.BY_TEXT_LENGTH's values for a corpus whose training texts are these encodings: its second values
-    where their median has settings.LONG_TEXT tokens or more (of an even count, the mean of the middle two)."""
-    median = statistics.median(len(ids) for ids in input_ids)
-    long = median >= LONG_TEXT
-    why = (f"the median training text has {median:g} tokens, {'at least' if long else 'fewer than'} {LONG_TEXT}: "
-           f"{'a corpus of long texts' if long else 'short texts'}")
-    return {k: (values[long], why) for k, values in BY_TEXT_LENGTH.items()}
-
-
-def prepare_tokenizer(settings: TrainSettings, corpus: Corpus, run_dir: Path, state: dict | None,
-                      in_place: bool = False, inputs: InputCache | None = None):
-    """Trained on the training texts only (cached), and copied into the run folder. A continued run keeps the
-    tokenizer it was trained with, whatever the cache holds now (in place, it is already in the folder: not written
-    again, so a kill cannot leave it half-written)."""
+def prepare_tokenizer(settings: TrainSettings, tokenizer_settings: TokenizerSettings, corpus: Corpus,
+                      run_dir: Path | None, state: dict | None, in_place: bool = False,
+                      inputs: InputCache | None = None) -> PreTrainedTokenizerBase:
+    """Learned with `tokenizer_settings` (its size decided) on the training texts only (cached), and copied into the
+    run folder. A continued run keeps the tokenizer it was trained with, whatever the cache holds now (in place, it is
+    already in the folder: not written again, so a kill cannot leave it half-written)."""
     if in_place:
         return load_tokenizer(run_dir / "tokenizer", settings.data.max_length)
     if state:
         tokenizer = load_tokenizer(Path(settings.resume).expanduser() / "tokenizer", settings.data.max_length)
     else:
         # A copy: encoding leaves its truncation settings on the tokenizer, and they would reach the next run's
-        # tokenizer.json.
+        # tokenizer.json. Keyed by the settings as given: a size left null is decided from what the key holds.
         tokenizer = copy.deepcopy((inputs or InputCache()).get("tokenizer", settings, lambda: get_tokenizer(
-            corpus.train.texts, settings.tokenizer, settings.data.max_length)))
-    tokenizer.save_pretrained(run_dir / "tokenizer")
+            corpus.train.texts, tokenizer_settings, settings.data.max_length)))
+    if run_dir is not None:
+        tokenizer.save_pretrained(run_dir / "tokenizer")
     return tokenizer
 
 

@@ -36,14 +36,12 @@ import yaml
 from mha_textclf.checkpoint import load_training_state
 from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.reports import RunMetrics, write_history, write_json
-from mha_textclf.settings import ADAPTIVE, TrainSettings, flat, is_training_setting, show
+from mha_textclf.settings import ADAPTIVE, CONTINUABLE, TrainSettings, flat, show
 
 log = logging.getLogger("train")
 
 STATUS = "status.json"
 RUNNING, INTERRUPTED, FAILED, FINISHED = "running", "interrupted", "failed", "finished"
-# Besides what is not trained (settings.NOT_TRAINING), a continued run may train longer and find its data elsewhere.
-CONTINUABLE_CHANGES = {"trainer.epochs", "data.path"}
 # What a run writes here, and so what `overwrite=true` deletes; config.yaml first, so that a kill mid-way leaves a
 # folder that reads as new. Hydra's log (train.log) is appended to, a journal of the folder; anything else in the
 # folder is not ours to delete.
@@ -68,7 +66,7 @@ def changed_settings(saved: dict, now: dict) -> list[str]:
     other: where things are, what is reported and a longer run with a constant learning rate do not count."""
     # A key only one side has is a setting added or removed since then: nothing the two runs can disagree on.
     changed = sorted(k for k in saved.keys() & now.keys()
-                     if saved[k] != now[k] and is_training_setting(k) and k not in CONTINUABLE_CHANGES
+                     if saved[k] != now[k] and k not in CONTINUABLE
                      and not (k in ADAPTIVE and now[k] is None))  # null: whatever the run decided
     if (now.get("trainer.epochs") not in (None, saved.get("trainer.epochs"))  # null: whatever the run decided
             and now.get("trainer.schedule") != "constant"):

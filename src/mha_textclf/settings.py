@@ -30,14 +30,48 @@ FEATURES = ("wordpiece", "words", "chars")
 PRECISIONS = ("fp32", "bf16")
 
 
-def setting(default: Any = NO_DEFAULT, help: str = "", *, factory=None, choices=None, gt=None, ge=None, lt=None,
-            le=None, group_choice: str | None = None) -> Any:
-    """A dataclass field that carries its meaning (for --help) and its valid values (for `problems`).
+def show(value: Any) -> str:
+    """A value as it is typed on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(show(v) for v in value) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
-    `group_choice`: the value is set by choosing a config group option (model.attention by model=naive), and only
-    that way on the command line.
+
+# What a setting decides, in the order a run builds its products: the corpus (texts, labels, splits), the tokenizer
+# and the encoded texts, the model, its training. A setting that decides a product decides every product after it, so
+# a product is the same wherever the settings of its own stage and of the stages before it are (inputs.py keys its
+# cache by exactly those). None: nothing trained (a path, a thread count, a logger, what is reported).
+STAGES = ("corpus", "tokenizer", "model", "training")
+_UNDECLARED = "undeclared"  # a test checks that every training setting says what it decides
+
+
+def setting(default: Any = NO_DEFAULT, help: str = "", *, decides: str | None = _UNDECLARED,
+            continuable: bool = False, names_folder: bool = True, by_length: tuple | None = None,
+            adapts: bool = False, column: str | None = None, factory=None, choices=None, gt=None, ge=None, lt=None,
+            le=None, group_choice: str | None = None) -> Any:
+    """A dataclass field that carries its meaning (for --help), its valid values (for `problems`) and its role in a run.
+
+    - `decides`: one of STAGES, or None for a setting that changes nothing trained. Summaries group runs by what
+      decides something, a continued run must keep it, and the in-process input cache is keyed by it.
+    - `continuable`: a continued run may change it although it decides something (more epochs, data moved).
+    - `names_folder`: a sweep job's folder name shows it when it is swept (paths and lists would nest folders or
+      need quotes, overwrite must land in the same folder: configs/hydra/default.yaml's exclude_keys lists these).
+    - `by_length`: null adapts to the corpus, the first value for most corpora, the second for a corpus of long
+      texts (resolve.py); `{null}` in `help` says so. `adapts`: null adapts to the corpus by a rule of its own.
+    - `column`: the runs table's column that stands for it (the dataset for data.path).
+    - `group_choice`: the value is set by choosing a config group option (model.attention by model=naive), and only
+      that way on the command line.
     """
-    metadata = {"help": help, "choices": choices, "gt": gt, "ge": ge, "lt": lt, "le": le, "group_choice": group_choice}
+    if by_length is not None:
+        short, long = (show(v) for v in by_length)
+        help = help.replace("{null}", f"null: {short}, or {long} for a corpus of long texts")
+    metadata = {"help": help, "choices": choices, "gt": gt, "ge": ge, "lt": lt, "le": le, "group_choice": group_choice,
+                "decides": decides, "continuable": continuable, "names_folder": names_folder,
+                "by_length": by_length, "adapts": adapts or by_length is not None, "column": column}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -47,67 +81,68 @@ def setting(default: Any = NO_DEFAULT, help: str = "", *, factory=None, choices=
 # second, not after importing it); attention.py builds its table from this tuple.
 ATTENTION_VARIANTS = ("naive", "efficient", "torch")
 
-# Settings left null that take one of two values by the length of the corpus's texts (pipeline.adapt_to_corpus): the
-# first for most corpora, the second for a corpus of long texts, where the median training text has LONG_TEXT tokens
-# or more ([CLS] and [SEP] included, cut at data.max_length). Token dropout hides most of such a text, a different
-# part at every pass, so the model gains from more passes, heavier dropout, wider vectors, smoothed labels and the
-# positions of what it sees; on short texts, which token dropout leaves whole (model.token_dropout_keep), the same
-# settings overfit. Measured on eight corpora (docs/own-data.md): 20 Newsgroups +2.4 points of test accuracy,
-# short-text corpora up to −3.
+# Settings left null that take one of two values by the length of the corpus's texts (`by_length`, decided in
+# resolve.py): the first for most corpora, the second for a corpus of long texts, where the median training text has
+# LONG_TEXT tokens or more ([CLS] and [SEP] included, cut at data.max_length). Token dropout hides most of such a
+# text, a different part at every pass, so the model gains from more passes, heavier dropout, wider vectors, smoothed
+# labels and the positions of what it sees; on short texts, which token dropout leaves whole
+# (model.token_dropout_keep), the same settings overfit. Measured on eight corpora (docs/own-data.md): 20 Newsgroups
+# +2.4 points of test accuracy, short-text corpora up to −3.
 LONG_TEXT = 128
-BY_TEXT_LENGTH = {"model.d_model": (64, 128), "model.token_dropout": (0.75, 0.85), "trainer.epochs": (12, 24),
-                  "trainer.label_smoothing": (0.0, 0.1), "pe": (False, True)}
-
-
-def _by_length(key: str) -> str:
-    short, long = (str(v).lower() if isinstance(v, bool) else f"{v:g}" for v in BY_TEXT_LENGTH[key])
-    return f"null: {short}, or {long} for a corpus of long texts"
 
 
 @dataclass
 class ModelSettings:
-    """The architecture a user chooses; the pipeline adds what it derives (see `model.ModelConfig`)."""
+    """The architecture a user chooses; the pipeline adds what it derives (`ModelConfig`)."""
 
     attention: str = setting(MISSING, "the attention variant, chosen with model=<variant>", choices=ATTENTION_VARIANTS,
-                             group_choice=f"model={'|'.join(ATTENTION_VARIANTS)}")
-    d_model: int | None = setting(None, "width of the token vectors and of attention; "
-                                        f"{_by_length('model.d_model')} (see trainer.epochs)", gt=0)
-    n_heads: int = setting(8, "attention heads; each gets d_model // n_heads dimensions", gt=0)
-    mlp_hidden: int = setting(128, "hidden units of the classifier MLP on the [CLS] vector", gt=0)
-    bias: bool = setting(True, "biases on the q/k/v/output projections")
-    dropout: float = setting(0.0, "dropout on the attention weights", ge=0, lt=1)
-    embedding_dropout: float = setting(0.0, "dropout on the token (+ position) embeddings", ge=0, lt=1)
+                             group_choice=f"model={'|'.join(ATTENTION_VARIANTS)}", decides="model", column="model")
+    d_model: int | None = setting(None, "width of the token vectors and of attention; {null} (see trainer.epochs)",
+                                  gt=0, decides="model", by_length=(64, 128))
+    n_heads: int = setting(8, "attention heads; each gets d_model // n_heads dimensions", gt=0, decides="model")
+    mlp_hidden: int = setting(128, "hidden units of the classifier MLP on the [CLS] vector", gt=0, decides="model")
+    bias: bool = setting(True, "biases on the q/k/v/output projections", decides="model")
+    dropout: float = setting(0.0, "dropout on the attention weights", ge=0, lt=1, decides="model")
+    embedding_dropout: float = setting(0.0, "dropout on the token (+ position) embeddings", ge=0, lt=1,
+                                       decides="model")
     token_dropout: float | None = setting(None, "while training, hide each token but [CLS] from attention with this "
-                                                f"probability (word dropout); {_by_length('model.token_dropout')} (see "
-                                                "trainer.epochs)", ge=0, lt=1)
+                                                "probability (word dropout); {null} (see trainer.epochs)", ge=0, lt=1,
+                                          decides="model", by_length=(0.75, 0.85))
     token_dropout_keep: int = setting(32, "token dropout never leaves a text fewer than this many tokens: a text of n "
                                           "tokens besides [CLS] is hidden with min(token_dropout, 1 - keep/n), so "
-                                          "short texts (snippets, tweets) lose few or none", ge=0)
-    mlp_dropout: float = setting(0.0, "dropout on the [CLS] vector entering the classifier", ge=0, lt=1)
+                                          "short texts (snippets, tweets) lose few or none", ge=0, decides="model")
+    mlp_dropout: float = setting(0.0, "dropout on the [CLS] vector entering the classifier", ge=0, lt=1,
+                                 decides="model")
     cls_only: bool = setting(False, "attend with the [CLS] query alone: O(T) instead of O(T²), the same logits and "
-                                    "gradients while model.dropout is 0")
+                                    "gradients while model.dropout is 0", decides="model")
 
 
 @dataclass
 class DataSettings:
     path: str = setting(MISSING, "a local folder or file (.jsonl .json .csv .tsv .parquet, compressed too; or a "
                                  "folder written by datasets' save_to_disk) or a Hugging Face hub id; set by the data "
-                                 "config, e.g. data=bbc_news, which reads $BBC_NEWS_PATH")
-    name: str | None = setting(None, "the configuration of a hub dataset that has several")
+                                 "config, e.g. data=bbc_news, which reads $BBC_NEWS_PATH",
+                        decides="corpus", continuable=True, names_folder=False, column="dataset")
+    name: str | None = setting(None, "the configuration of a hub dataset that has several", decides="corpus")
     text_column: Any = setting("text", "the column holding the text, or a list of columns joined with a space "
-                                       "([title,body])")
-    label_column: str = setting("label", "the column holding the label: integer ids, class names, or a ClassLabel")
+                                       "([title,body])", decides="corpus")
+    label_column: str = setting("label", "the column holding the label: integer ids, class names, or a ClassLabel",
+                                decides="corpus")
     val_fraction: float = setting(0.25, "validation share carved from train (when the data has no validation "
-                                        "split), stratified, with `seed`", gt=0, lt=1)
+                                        "split), stratified, with `seed`", gt=0, lt=1, decides="corpus")
     test_fraction: float = setting(0.2, "test share carved from train first (when the data has no test split), "
-                                        "stratified, the same texts for every seed", gt=0, lt=1)
-    max_length: int = setting(512, "tokens per text including [CLS] and [SEP]; longer texts are truncated", gt=2)
+                                        "stratified, the same texts for every seed", gt=0, lt=1, decides="corpus")
+    # The tokenizer carries it (and saves it into the run folder), and the encodings are cut at it.
+    max_length: int = setting(512, "tokens per text including [CLS] and [SEP]; longer texts are truncated", gt=2,
+                              decides="tokenizer")
     max_train_samples: int | None = setting(None, "subsample the training split (quick runs); val/test shrink in "
                                                   "proportion unless max_eval_samples is set (the same test texts "
-                                                  "for every seed)", gt=0)
-    max_eval_samples: int | None = setting(None, "cap the validation and test splits at this many texts", gt=0)
+                                                  "for every seed)", gt=0, decides="corpus")
+    max_eval_samples: int | None = setting(None, "cap the validation and test splits at this many texts", gt=0,
+                                           decides="corpus")
     group_by_length: bool = setting(True, "batch texts of similar length together, so that batches pad little: for "
-                                          "training in a seeded random order, for evaluation sorted")
+                                          "training in a seeded random order, for evaluation sorted",
+                                    decides="training")
 
 
 @dataclass
@@ -118,62 +153,68 @@ class TokenizerSettings:
                                            "written into config.yaml and metrics.json). When the training texts "
                                            "have more characters than fit, the most frequent take up to half of it "
                                            "and the others become [UNK] (a run warns when a split's [UNK] rate is "
-                                           "high)", gt=0)
+                                           "high)", gt=0, decides="tokenizer", adapts=True)
     min_frequency: int = setting(20, "with vocab_size null: how often a word or character must occur in the training "
-                                     "texts to get a token of its own", gt=0)
+                                     "texts to get a token of its own", gt=0, decides="tokenizer")
     base: str | None = setting(None, "null: train WordPiece from scratch; a hub id or local folder: retrain that "
-                                     "tokenizer's pipeline on the training texts")
+                                     "tokenizer's pipeline on the training texts", decides="tokenizer",
+                               names_folder=False)
     cache_dir: str | None = setting(None, "where trained tokenizers are cached; null: $MHA_TEXTCLF_CACHE or "
-                                          "~/.cache/mha-textclf")
+                                          "~/.cache/mha-textclf", decides=None, names_folder=False)
 
 
 @dataclass
 class TrainerSettings:
-    epochs: int | None = setting(None, f"passes over the training split; {_by_length('trainer.epochs')} (its median "
+    # A continued run may train longer where the learning rate does not decay over the epochs it was started with
+    # (runs/lifecycle.py checks the schedule).
+    epochs: int | None = setting(None, "passes over the training split; {null} (its median "
                                        f"training text has {LONG_TEXT} tokens or more), which with model.d_model, "
                                        "model.token_dropout, trainer.label_smoothing and pe left null trains longer, "
                                        "wider and more regularised, with positions (resolved once, logged and "
-                                       "written into config.yaml and metrics.json)", gt=0)
-    batch_size: int = setting(32, "texts per optimiser step", gt=0)
-    lr: float = setting(3e-3, "AdamW's peak learning rate", gt=0)
-    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay", ge=0)
+                                       "written into config.yaml and metrics.json)", gt=0,
+                                 decides="training", continuable=True, by_length=(12, 24))
+    batch_size: int = setting(32, "texts per optimiser step", gt=0, decides="training")
+    lr: float = setting(3e-3, "AdamW's peak learning rate", gt=0, decides="training")
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay", ge=0, decides="training")
     schedule: str = setting("cosine", "learning-rate decay after the warm-up, per step (linear and cosine reach 0 "
                                       "at the last epoch)",
-                            choices=SCHEDULES)
-    warmup_epochs: float = setting(1.0, "linear warm-up from 0 over this many epochs (fractions allowed)", ge=0)
-    grad_clip: float | None = setting(None, "max global gradient norm; null: no clipping", gt=0)
+                            choices=SCHEDULES, decides="training")
+    warmup_epochs: float = setting(1.0, "linear warm-up from 0 over this many epochs (fractions allowed)", ge=0,
+                                   decides="training")
+    grad_clip: float | None = setting(None, "max global gradient norm; null: no clipping", gt=0, decides="training")
     label_smoothing: float | None = setting(None, "label smoothing of the training loss (validation loss stays "
-                                                  f"plain); {_by_length('trainer.label_smoothing')} (see "
-                                                  "trainer.epochs)", ge=0, lt=1)
+                                                  "plain); {null} (see trainer.epochs)", ge=0, lt=1,
+                                            decides="training", by_length=(0.0, 0.1))
     patience: int | None = setting(None, "stop after this many epochs without a lower validation loss; null: "
-                                         "train every epoch", gt=0)
+                                         "train every epoch", gt=0, decides="training")
     final_weights: str = setting("last", "the weights the run ends with, saves as model.pt and reports: last (the "
                                          "last finished epoch: the end of the schedule, or where patience stopped) "
                                          "or best (the lowest validation loss; best.pt holds it either way)",
-                                 choices=FINAL_WEIGHTS)
+                                 choices=FINAL_WEIGHTS, decides="training")
     num_threads: int | None = setting(None, "torch intra-op threads; null: torch's default, or the launcher's "
-                                            "share of the cores", gt=0)
+                                            "share of the cores", gt=0, decides=None)
     class_weights: str | None = setting(None, "null: every text counts the same; balanced: weight each class by "
                                               "n_texts / (n_classes * its count), as scikit-learn does, in the "
-                                              "training and validation loss", choices=(None, "balanced"))
+                                              "training and validation loss", choices=(None, "balanced"),
+                                        decides="training")
     precision: str = setting("fp32", "numeric precision; bf16 autocasts matmuls to bfloat16 (for CUDA; slower on "
                                      "most CPUs)",
-                             choices=PRECISIONS)
+                             choices=PRECISIONS, decides="training")
 
 
 @dataclass
 class TensorBoardSettings:
-    enabled: bool = setting(False, "log to TensorBoard; turned on by logger=tensorboard (or many)")
-    subdir: str = setting("tensorboard", "the event files' folder inside the run folder")
+    enabled: bool = setting(False, "log to TensorBoard; turned on by logger=tensorboard (or many)", decides=None)
+    subdir: str = setting("tensorboard", "the event files' folder inside the run folder", decides=None)
 
 
 @dataclass
 class MLflowSettings:
-    enabled: bool = setting(False, "log to MLflow; turned on by logger=mlflow (or many)")
+    enabled: bool = setting(False, "log to MLflow; turned on by logger=mlflow (or many)", decides=None)
     tracking_uri: str | None = setting(None, "where MLflow records runs; null: $MLFLOW_TRACKING_URI, else "
-                                             "sqlite:///outputs/mlflow.db")
+                                             "sqlite:///outputs/mlflow.db", decides=None, names_folder=False)
     experiment: str | None = setting(None, "the MLflow experiment; null: the sweep's name for its jobs, else "
-                                           "mha-textclf")
+                                           "mha-textclf", decides=None)
 
 
 @dataclass
@@ -187,10 +228,10 @@ class LoggerSettings:
 @dataclass
 class ProbeSettings:
     attention: list[str] = setting(help="sentences drawn as attention heatmaps (attention_<slug>.png)",
-                                   factory=lambda: ["can you can that"])
+                                   factory=lambda: ["can you can that"], decides=None, names_folder=False)
     order: list[str] = setting(help="the same words in other orders: their class probabilities "
                                     "(order_probe.json) differ only with pe=true",
-                               factory=lambda: ["how are you", "you how are"])
+                               factory=lambda: ["how are you", "you how are"], decides=None, names_folder=False)
 
 
 @dataclass
@@ -203,17 +244,40 @@ class TrainSettings:
     trainer: TrainerSettings = setting(help="", factory=TrainerSettings)
     probes: ProbeSettings = setting(help="", factory=ProbeSettings)
     logger: LoggerSettings = setting(help="", factory=LoggerSettings)
-    pe: bool | None = setting(None, "add sinusoidal positional encoding to the token embeddings; "
-                                    f"{_by_length('pe')} (see trainer.epochs)")
-    seed: int = setting(0, "seeds the validation split, weight init, batch order and dropout", ge=0, lt=2**32)
-    device: str = setting("auto", "auto (CUDA when available) | cpu | cuda | cuda:N")
-    resume: str | None = setting(None, "a run folder to continue from its last.pt, into a new run folder")
+    pe: bool | None = setting(None, "add sinusoidal positional encoding to the token embeddings; {null} (see "
+                                    "trainer.epochs)", decides="model", by_length=(False, True), column="pe")
+    # The earliest stage it decides: the carved validation split (then the weights, the batch order, dropout).
+    seed: int = setting(0, "seeds the validation split, weight init, batch order and dropout", ge=0, lt=2**32,
+                        decides="corpus", column="seed")
+    device: str = setting("auto", "auto (CUDA when available) | cpu | cuda | cuda:N", decides=None)
+    resume: str | None = setting(None, "a run folder to continue from its last.pt, into a new run folder",
+                                 decides=None, names_folder=False)
+    # Not in a folder's name: the same sweep again with overwrite=true must land in the same folders.
     overwrite: bool = setting(False, "start afresh in a run folder that holds a run (its results are deleted); "
                                      "otherwise the same command continues or skips it, and other settings are "
-                                     "refused")
+                                     "refused", decides=None, names_folder=False)
     time_to_accuracy: list[float] = setting(help="validation accuracies whose first arrival (in training seconds) "
                                                  "metrics.json and the summaries report",
-                                            factory=lambda: [0.85, 0.9, 0.95])
+                                            factory=lambda: [0.85, 0.9, 0.95], decides=None, names_folder=False)
+
+
+@dataclass(kw_only=True)
+class ModelConfig(ModelSettings):
+    """The whole architecture: what a user sets (`ModelSettings`, with its defaults) plus what the pipeline derives,
+    each from one source (`derived_from`, which the command line names when someone sets it).
+
+    Saved with the weights in every checkpoint, so a model can be rebuilt from its file alone.
+    """
+
+    vocab_size: int = field(metadata={"derived_from": "the trained tokenizer's size (set tokenizer.vocab_size)"})
+    n_classes: int = field(metadata={"derived_from": "the classes in the training data"})
+    pe: bool = field(metadata={"derived_from": "the top-level switch (use pe=true)"})
+    # The longest input the positional encoding covers.
+    max_length: int = field(metadata={"derived_from": "data.max_length (set that)"})
+    pad_id: int = field(metadata={"derived_from": "the tokenizer's [PAD] token"})
+
+    def __post_init__(self):
+        require_decided(self, "model")
 
 
 @dataclass
@@ -279,32 +343,6 @@ class SearchSettings:
                            "trials' own seed is a training setting", ge=0, lt=2**32)
 
 
-# Keys that say where things are, how fast to go or what to report, never what is trained: a resumed run may change
-# them, and summaries do not group runs by them.
-NOT_TRAINING = ("resume", "overwrite", "device", "trainer.num_threads", "tokenizer.cache_dir", "probes.",
-                "time_to_accuracy", "logger.")
-
-
-def is_training_setting(key: str) -> bool:
-    return not any(key == prefix or (prefix.endswith(".") and key.startswith(prefix)) for prefix in NOT_TRAINING)
-
-
-# Settings whose null adapts to the corpus: the pipeline decides the value once and writes it into config.yaml, so a
-# folder that recorded a value still holds "the same run" for a command that leaves it null.
-ADAPTIVE = ("tokenizer.vocab_size", *BY_TEXT_LENGTH)
-
-
-# Values the pipeline derives. They are model settings in the checkpoint (model.ModelConfig) but never on the
-# command line: each has one source, named here.
-DERIVED = {
-    "model.vocab_size": "the trained tokenizer's size (set tokenizer.vocab_size)",
-    "model.n_classes": "the classes in the training data",
-    "model.pad_id": "the tokenizer's [PAD] token",
-    "model.pe": "the top-level switch (use pe=true)",
-    "model.max_length": "data.max_length (set that)",
-}
-
-
 def field_type(owner: type, name: str) -> Any:
     return _type_hints(owner)[name]
 
@@ -332,6 +370,36 @@ def _leaves(cls: type, prefix: str = "") -> dict[str, tuple[type, Any]]:
         else:
             out[f"{prefix}{f.name}"] = (cls, f)
     return out
+
+
+# What each training setting is, derived from its declaration (`setting`): the one place a new setting is judged.
+_TRAINING = {key: f.metadata for key, (_, f) in _leaves(TrainSettings).items()}
+# Where things are, how fast to go, what is logged or reported: never what is trained. A continued run may change them,
+# and summaries do not group runs by them. A key the schema does not know (a baseline's `features`, a setting from an
+# older version) counts as trained.
+NOT_TRAINING = frozenset(key for key, meta in _TRAINING.items() if meta["decides"] is None)
+# Besides those, what a continued run may change (runs/lifecycle.py).
+CONTINUABLE = frozenset(key for key, meta in _TRAINING.items() if meta["continuable"]) | NOT_TRAINING
+# Settings whose null adapts to the corpus: decided once per run (resolve.py) and written into config.yaml, so a
+# folder that recorded a value still holds "the same run" for a command that leaves it null.
+ADAPTIVE = tuple(key for key, meta in _TRAINING.items() if meta["adapts"])
+BY_TEXT_LENGTH = {key: meta["by_length"] for key, meta in _TRAINING.items() if meta["by_length"] is not None}
+# The runs table's columns that stand for settings (the dataset for data.path): not repeated as setting columns.
+COLUMNS = {key: meta["column"] for key, meta in _TRAINING.items() if meta["column"] is not None}
+# What a sweep job's folder name leaves out (configs/hydra/default.yaml's exclude_keys must equal it).
+NOT_IN_FOLDER_NAMES = tuple(key for key, meta in _TRAINING.items() if not meta["names_folder"])
+# Values the pipeline derives, each from one source: model settings in the checkpoint, never on the command line.
+DERIVED = {f"model.{f.name}": f.metadata["derived_from"] for f in fields(ModelConfig) if "derived_from" in f.metadata}
+
+
+def is_training_setting(key: str) -> bool:
+    return key not in NOT_TRAINING
+
+
+def deciding(stage: str) -> list[str]:
+    """The training settings that decide `stage` (one of STAGES): its own and those of every stage before it."""
+    earlier = STAGES[: STAGES.index(stage) + 1]
+    return [key for key, meta in _TRAINING.items() if meta["decides"] in earlier]
 
 
 def known_keys(cls: type) -> list[str]:
@@ -468,7 +536,7 @@ def require_decided(settings: Any, group: str) -> None:
     (ADAPTIVE) is still null: building a model and training take decided values."""
     if left := [k for k in ADAPTIVE if k.startswith(f"{group}.") and getattr(settings, k.split(".", 1)[1]) is None]:
         raise ValueError(f"{', '.join(left)} left null: a setting that adapts to the corpus; give it a value, or let "
-                         "pipeline.adapt_to_corpus decide it from the training texts.")
+                         "resolve.resolve decide it from the training texts.")
 
 
 def with_values(settings: Any, values: dict[str, Any]) -> Any:
@@ -478,17 +546,6 @@ def with_values(settings: Any, values: dict[str, Any]) -> Any:
         group, _, rest = key.partition(".")
         changes[group] = with_values(changes.get(group, getattr(settings, group)), {rest: value}) if rest else value
     return dataclasses.replace(settings, **changes)
-
-
-def show(value: Any) -> str:
-    """A value as it is typed on the command line."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    if isinstance(value, list):
-        return "[" + ",".join(show(v) for v in value) + "]"
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _interval(m: dict) -> str:

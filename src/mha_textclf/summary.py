@@ -21,7 +21,7 @@ from mha_textclf.comparison import RULES, accuracy_verdict, paired_t, speed_rati
 from mha_textclf.data import dataset_name
 from mha_textclf.reports import RunMetrics, whole_epochs
 from mha_textclf.run_folder import INTERRUPTED, RUNNING, folder_state, read_status
-from mha_textclf.settings import flat, is_training_setting
+from mha_textclf.settings import COLUMNS, flat, is_training_setting
 from mha_textclf.sweep import JobRecord, SweepRecord
 
 RUN_COLUMNS = ["dataset", "model", "pe", "seed", "status", "val_accuracy", "val_macro_f1", "test_accuracy",
@@ -49,8 +49,6 @@ def _job_number(run_dir: Path) -> int:
     return int(head) if head.isdigit() else -1
 
 
-# Settings that are columns already (the dataset stands for data.path).
-COLUMNS = {"model.attention", "pe", "seed", "data.path"}
 SECONDS_TO = "seconds_to_"  # + a validation accuracy level: a column of training seconds until it was first reached
 
 
