@@ -12,7 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from mha_textclf.summary import REFERENCE, find_runs, write_summary
+from mha_textclf.sweeps.collect import find_runs
+from mha_textclf.sweeps.markdown import REFERENCE
+from mha_textclf.sweeps.summary import write_summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ real configs and trained in-process into the study's folder.
     python -m search                          # configs/hparams_search/accuracy.yaml, 40 trials
     python -m search n_trials=60              # the same study, resumed (after Ctrl-C) or extended
 
-`main` checks the command line against the schema (SearchSettings); `mha_textclf.tuning.search` does the work with
+`main` checks the command line against the schema (SearchSettings); `mha_textclf.search.study.search` does the work with
 typed settings.
 """
 
@@ -32,7 +32,7 @@ def main() -> None:
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="search")
 def hydra_main(cfg: DictConfig) -> None:
-    from mha_textclf.tuning import InterruptedStudyError, search  # here: `main` answers a mistake without torch
+    from mha_textclf.search.study import InterruptedStudyError, search
 
     study_dir = Path(HydraConfig.get().runtime.output_dir)
     try:

@@ -33,7 +33,7 @@ def main() -> None:
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
     """One run (or sweep job): returns validation accuracy, for sweepers."""
-    from mha_textclf.pipeline import train  # here, not above: `main` answers a mistake without importing torch
+    from mha_textclf.pipeline import train
 
     hydra_cfg = HydraConfig.get()
     overrides, threads = list(hydra_cfg.overrides.task), launcher_threads(hydra_cfg.launcher)

@@ -75,7 +75,7 @@ def minilm_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def train_texts(data_dir) -> list[str]:
-    from mha_textclf.data import load_corpus
+    from mha_textclf.data.corpus import load_corpus
     from mha_textclf.settings import DataSettings
 
     return load_corpus(DataSettings(path=str(data_dir)), seed=0).train.texts
@@ -254,7 +254,7 @@ def smoke_run(data_dir, tmp_path_factory) -> TrainedRun:
 
 def run_split(run_dir: Path, split: str):
     """The texts and labels of a run's split, settled afresh from the data settings and seed in its config.yaml."""
-    from mha_textclf.data import load_corpus
+    from mha_textclf.data.corpus import load_corpus
     from mha_textclf.settings import DataSettings
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -266,7 +266,7 @@ def logits_one_by_one(model, tokenizer, texts: list[str]):
     the pipeline computed in sorted, padded batches."""
     import torch
 
-    from mha_textclf.tokenizer import encode
+    from mha_textclf.tokenizer.encoding import encode
 
     model.eval()
     with torch.no_grad():

@@ -14,9 +14,10 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from conftest import REPO, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline, tfidf_baseline
-from mha_textclf.data import load_corpus
-from mha_textclf.reports import RunMetrics
-from mha_textclf.tokenizer import cache_key, resolve_vocab_size
+from mha_textclf.data.corpus import load_corpus
+from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.tokenizer.cache import cache_key
+from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
 
 
 def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_read_the_whole_text(tmp_path):
@@ -242,7 +243,7 @@ def test_wordpiece_features_are_the_attention_models_tokens_cut_at_exactly_max_l
     data.max_length=16, without [CLS] and [SEP] (14 tokens for a long text, every token of a short one), not one
     more or less."""
     from mha_textclf import baseline
-    from mha_textclf.tokenizer import get_tokenizer
+    from mha_textclf.tokenizer.cache import get_tokenizer
 
     rows = [{"text": " ".join(["same"] * n + [colour]), "label": colour}
             for colour in ("red", "blue") for n in (3, 13, 14, 15, 30)]

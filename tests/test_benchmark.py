@@ -139,7 +139,7 @@ def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
 
     import torch
 
-    from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
+    from mha_textclf.memory import peak_memory_mb, reset_peak_memory
 
     status = Path("/proc/self/status")
     require(status.is_file(), "the process's memory in kB needs Linux's /proc/self/status")

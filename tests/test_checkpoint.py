@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from mha_textclf import checkpoint as ckpt
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
+from mha_textclf.runs import checkpoint
 
 
 def build(variant="naive", pe=True):
@@ -20,8 +20,8 @@ def scheduler(optimizer):
 
 def test_model_checkpoint_round_trip(tmp_path):
     model = build()
-    ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
-    loaded, names = ckpt.load_checkpoint(tmp_path / "model.pt")
+    checkpoint.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
+    loaded, names = checkpoint.load_checkpoint(tmp_path / "model.pt")
     ids = torch.randint(5, 50, (3, 10))
     assert names == ["a", "b", "c", "d", "e"] and loaded.config == model.config
     torch.testing.assert_close(loaded(ids), model(ids))
@@ -37,11 +37,11 @@ def test_a_checkpoint_written_on_a_gpu_loads_on_the_cpu(tmp_path, monkeypatch):
     model = build()
     with monkeypatch.context() as patch:
         patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
-        ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
+        checkpoint.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
     if not torch.cuda.is_available():  # (the tag is real: torch alone cannot restore it here)
         with pytest.raises(RuntimeError, match="CUDA"):
             torch.load(tmp_path / "model.pt", weights_only=True)
-    loaded, _ = ckpt.load_checkpoint(tmp_path / "model.pt")
+    loaded, _ = checkpoint.load_checkpoint(tmp_path / "model.pt")
     assert {p.device.type for p in loaded.parameters()} == {"cpu"}
     ids = torch.randint(5, 50, (3, 10))
     torch.testing.assert_close(loaded(ids), model(ids))
@@ -57,40 +57,40 @@ class RunsCode:
 
 def test_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
     path, marker = tmp_path / "model.pt", tmp_path / "pwned"
-    torch.save({"format": ckpt.CHECKPOINT_FORMAT, "payload": RunsCode(marker)}, path)
+    torch.save({"format": checkpoint.CHECKPOINT_FORMAT, "payload": RunsCode(marker)}, path)
     with pytest.raises(UserError, match="not a checkpoint this project can load safely"):
-        ckpt.load_checkpoint(path)
+        checkpoint.load_checkpoint(path)
     assert not marker.exists()
 
 
 def test_foreign_file_is_refused(tmp_path):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "model.pt")
     with pytest.raises(UserError, match="not an mha-textclf checkpoint"):
-        ckpt.load_checkpoint(tmp_path / "model.pt")
+        checkpoint.load_checkpoint(tmp_path / "model.pt")
     with pytest.raises(UserError, match="No checkpoint"):
-        ckpt.load_checkpoint(tmp_path / "missing.pt")
+        checkpoint.load_checkpoint(tmp_path / "missing.pt")
 
 
 def test_checkpoint_from_an_older_format_says_to_retrain(tmp_path):
     model = build()
-    ckpt.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
+    checkpoint.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
     saved = torch.load(tmp_path / "model.pt", weights_only=True)
     torch.save(saved | {"format": "mha-textclf/1"}, tmp_path / "old.pt")
     with pytest.raises(UserError, match=r"'mha-textclf/1': written by an older version .* train it again"):
-        ckpt.load_checkpoint(tmp_path / "old.pt")
+        checkpoint.load_checkpoint(tmp_path / "old.pt")
     # A training state where a checkpoint belongs is named as such, not called old.
-    torch.save(saved | {"format": ckpt.TRAINING_STATE_FORMAT}, tmp_path / "last.pt")
+    torch.save(saved | {"format": checkpoint.TRAINING_STATE_FORMAT}, tmp_path / "last.pt")
     with pytest.raises(UserError, match="found 'mha-textclf-training-state/") as info:
-        ckpt.load_checkpoint(tmp_path / "last.pt")
+        checkpoint.load_checkpoint(tmp_path / "last.pt")
     assert "older version" not in str(info.value)
     torch.save({"format": "mha-textclf-training-state/2"}, tmp_path / "old_last.pt")
     with pytest.raises(UserError, match="older version"):
-        ckpt.load_training_state(tmp_path / "old_last.pt")
+        checkpoint.load_training_state(tmp_path / "old_last.pt")
 
 
 def test_a_failed_write_never_replaces_the_good_file(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
-    ckpt.atomic_save({"epoch": 1, "w": torch.ones(4)}, path)
+    checkpoint.atomic_save({"epoch": 1, "w": torch.ones(4)}, path)
     real_save = torch.save
 
     def dies_half_way(obj, f):
@@ -100,7 +100,7 @@ def test_a_failed_write_never_replaces_the_good_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", dies_half_way)
     with pytest.raises(OSError, match="disk full"):
-        ckpt.atomic_save({"epoch": 2, "w": torch.zeros(4)}, path)
+        checkpoint.atomic_save({"epoch": 2, "w": torch.zeros(4)}, path)
     monkeypatch.undo()
     assert torch.load(path, weights_only=True)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary left behind
@@ -110,13 +110,13 @@ def test_a_truncated_training_state_is_a_clear_error(tmp_path):
     model = build()
     optimizer = torch.optim.AdamW(model.parameters())
     path = tmp_path / "last.pt"
-    ckpt.save_training_state(path, model=model, optimizer=optimizer, scheduler=scheduler(optimizer),
+    checkpoint.save_training_state(path, model=model, optimizer=optimizer, scheduler=scheduler(optimizer),
                              loader_generator=torch.Generator(), epoch=3, history=[{"epoch": 1}], best={},
                              metadata={"config": {}})
-    assert ckpt.load_training_state(path)["epoch"] == 3
+    assert checkpoint.load_training_state(path)["epoch"] == 3
     path.write_bytes(path.read_bytes()[:1000])  # as if killed mid-write without the atomic rename
     with pytest.raises(UserError, match="not a checkpoint this project can load safely"):
-        ckpt.load_training_state(path)
+        checkpoint.load_training_state(path)
 
 
 def test_training_state_restores_rng_and_optimizer(tmp_path):
@@ -125,14 +125,15 @@ def test_training_state_restores_rng_and_optimizer(tmp_path):
     model(torch.randint(5, 50, (2, 6))).sum().backward()
     optimizer.step()
     torch.manual_seed(9)
-    ckpt.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer, scheduler=scheduler(optimizer),
-                             loader_generator=generator, epoch=1, history=[], best={}, metadata={})
+    checkpoint.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer,
+                                   scheduler=scheduler(optimizer), loader_generator=generator, epoch=1, history=[],
+                                   best={}, metadata={})
     expected = (torch.rand(3), torch.rand(3, generator=generator))
 
     other, other_generator = build(pe=True), torch.Generator()
     other_optimizer = torch.optim.AdamW(other.parameters(), lr=0.1)
     torch.manual_seed(123)
-    ckpt.restore_training_state(ckpt.load_training_state(tmp_path / "last.pt"), model=other,
+    checkpoint.restore_training_state(checkpoint.load_training_state(tmp_path / "last.pt"), model=other,
                                 optimizer=other_optimizer, scheduler=scheduler(other_optimizer),
                                 loader_generator=other_generator)
     assert torch.equal(torch.rand(3), expected[0])
@@ -155,15 +156,16 @@ def test_a_gpu_run_s_training_state_keeps_its_cuda_rng_states_and_restores_them_
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: restored.append([s.clone() for s in states]))
     model = build()
     optimizer = torch.optim.AdamW(model.parameters())
-    ckpt.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer, scheduler=scheduler(optimizer),
-                             loader_generator=torch.Generator(), epoch=1, history=[], best={}, metadata={})
-    state = ckpt.load_training_state(tmp_path / "last.pt")
+    checkpoint.save_training_state(tmp_path / "last.pt", model=model, optimizer=optimizer,
+                                   scheduler=scheduler(optimizer), loader_generator=torch.Generator(), epoch=1,
+                                   history=[], best={}, metadata={})
+    state = checkpoint.load_training_state(tmp_path / "last.pt")
     assert [s.tolist() for s in state["rng"]["cuda"]] == [s.tolist() for s in cuda_states]
 
     def restore():
         other = build()
         other_optimizer = torch.optim.AdamW(other.parameters())
-        ckpt.restore_training_state(state, model=other, optimizer=other_optimizer,
+        checkpoint.restore_training_state(state, model=other, optimizer=other_optimizer,
                                     scheduler=scheduler(other_optimizer), loader_generator=torch.Generator())
 
     restore()

@@ -200,7 +200,7 @@ def test_a_crash_that_is_no_mistake_is_written_to_error_txt_and_a_sweep_goes_on_
     the summary lists it"; docs/runs.md: "a run that stops later writes its error to error.txt in its folder, as
     every sweep job does". Not only bad input (UserError): an error of any kind, here a RuntimeError (out of memory),
     in a single run (which then ends with its traceback) and in a sweep's job (which returns, for the next job)."""
-    from mha_textclf.summary import runs_table
+    from mha_textclf.sweeps.collect import runs_table
 
     sweep = tmp_path / "sweep"
     run_dir = sweep / "0_seed-3"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mha_textclf.comparison import (
+from mha_textclf.sweeps.compare import (
     NOISE_ARTICLES,
     RULES,
     Interval,

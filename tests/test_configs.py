@@ -11,6 +11,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import MISSING, OmegaConf
 
 from conftest import CONFIG_DIR, REPO, compose_config, require, settings_for, train_in_process
+from mha_textclf.checks import lookup
 from mha_textclf.errors import UserError
 from mha_textclf.settings import (
     ADAPTIVE,
@@ -22,7 +23,6 @@ from mha_textclf.settings import (
     TrainSettings,
     flat,
     known_keys,
-    lookup,
     show,
     with_values,
 )
@@ -338,7 +338,7 @@ def test_a_study_lands_in_outputs_search_under_its_name_its_journal_there(as_hyd
     in its folder (outputs/search/<study>/optuna-journal.log ...)", and "The plots land in the study's folder
     (outputs/search/accuracy/)": python -m search's folder (Hydra's run folder, where tuning.search writes) is
     outputs/search/<study>, named by the study, the default one accuracy."""
-    from mha_textclf.tuning import JOURNAL
+    from mha_textclf.search.study import JOURNAL
 
     cfg = compose_config(overrides, app="search", hydra_config=True)
     as_hydra_job(cfg)
@@ -444,15 +444,16 @@ def imported_modules(path) -> set[str]:
 
 
 def test_hydra_stops_at_the_entry_points_and_no_entry_point_imports_another():
-    """README (Layout): of the library only cli.py and tuning.py see Hydra (settings.py takes omegaconf's MISSING, the
-    marker of a required value, nothing else); the entry points call into the library, never into each other."""
+    """Of the library only what the entry points share (cli.py), the sweep's Hydra callback and the search space read in
+    Hydra's sweep syntax see Hydra (settings.py and checks.py take omegaconf's MISSING, the marker of a required value,
+    nothing else); the entry points call into the library, never into each other."""
     src = CONFIG_DIR.parent / "src"
     hydra_users = set()
-    for path in sorted((src / "mha_textclf").glob("*.py")):
+    for path in sorted((src / "mha_textclf").rglob("*.py")):
         found = {m for m in imported_modules(path) if m.split(".")[0] in ("hydra", "omegaconf")}
-        if found - {"omegaconf", "omegaconf.MISSING"} or (found and path.name != "settings.py"):
-            hydra_users.add(path.name)
-    assert hydra_users == {"cli.py", "tuning.py"}
+        if found - {"omegaconf", "omegaconf.MISSING"} or (found and path.name not in ("settings.py", "checks.py")):
+            hydra_users.add(str(path.relative_to(src / "mha_textclf")))
+    assert hydra_users == {"cli.py", "sweeps/callback.py", "search/space.py"}
     entry_points = {"train", "predict", "search"}
     for name in entry_points:
         imported = {m.split(".")[0] for m in imported_modules(src / f"{name}.py")}

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from sklearn.model_selection import train_test_split
 
 from conftest import REPO, write_jsonl
-from mha_textclf import data
-from mha_textclf.data import collate, load_corpus, make_loader
+from mha_textclf.data import corpus as corpus_module
+from mha_textclf.data.batches import collate, make_loader
+from mha_textclf.data.corpus import load_corpus
 from mha_textclf.errors import UserError
 from mha_textclf.settings import DataSettings
 
@@ -499,7 +500,7 @@ def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
                                                  "label": [as_kind(v) for v in values]})
               for split, values in ids.items()}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(data, "_load", lambda path, name_: dict(loaded))
+        patch.setattr(corpus_module, "_load", lambda path, name_: dict(loaded))
         corpus = load("some/labels")
     expected = sorted(set(ids["train"]), key=lambda v: as_kind(v))
     assert corpus.class_names == [name(as_kind(v)) for v in expected]
@@ -513,7 +514,7 @@ def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
         with pytest.MonkeyPatch.context() as patch:
             loaded = {split: datasets.Dataset.from_dict({"text": [f"{split} text {i}" for i in range(len(values))],
                                                          "label": values}) for split, values in ids.items()}
-            patch.setattr(data, "_load", lambda path, name_: dict(loaded))
+            patch.setattr(corpus_module, "_load", lambda path, name_: dict(loaded))
             assert load("some/labels") == corpus
 
 

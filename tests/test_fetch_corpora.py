@@ -13,7 +13,7 @@ import zipfile
 import pytest
 
 from conftest import REPO, load_script, settings_for
-from mha_textclf.data import load_corpus
+from mha_textclf.data.corpus import load_corpus
 
 ORANGE = "orangecontrib/text/datasets/"
 

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from conftest import logits_one_by_one, run_cli, run_train, settings_for, train_in_process
-from mha_textclf.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, predict, predict_proba
 from mha_textclf.reports import slug
-from mha_textclf.tokenizer import encode, train_tokenizer
+from mha_textclf.runs.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from mha_textclf.tokenizer.encoding import encode
+from mha_textclf.tokenizer.wordpiece import train_tokenizer
 
 PROBES = ["how are you", "you how are"]
 

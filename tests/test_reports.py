@@ -10,14 +10,8 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from sklearn.metrics import f1_score
 
-from mha_textclf.reports import (
-    append_history,
-    plot_confusion_matrix,
-    plot_loss_curve,
-    split_report,
-    time_to_accuracy,
-    write_history,
-)
+from mha_textclf.reports import plot_confusion_matrix, plot_loss_curve, split_report, time_to_accuracy
+from mha_textclf.runs.files import append_history, write_history
 
 HISTORY = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": abs(e - 2) + 0.5} for e in (1, 2, 3)]
 

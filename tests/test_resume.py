@@ -12,10 +12,10 @@ import yaml
 
 from conftest import fingerprint, settings_for, train_in_process
 from mha_textclf import pipeline as train_module
-from mha_textclf import run_folder
-from mha_textclf.checkpoint import load_training_state
 from mha_textclf.errors import UserError
-from mha_textclf.reports import RunMetrics
+from mha_textclf.runs import files, lifecycle
+from mha_textclf.runs.checkpoint import load_training_state
+from mha_textclf.runs.metrics import RunMetrics
 
 # Dropout (attention, embedding and token dropout draw from the global RNG), a warm-up + cosine schedule, early
 # stopping and length grouping all carry state across epochs: resuming must restore each of them (RNG, scheduler,
@@ -64,7 +64,7 @@ def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path, mon
     before = fingerprint(part)
     final = train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
     # The resumed run is a new folder; the interrupted one stays as it was (docs/runs.md), and still says so.
-    assert fingerprint(part) == before and run_folder.read_status(part)["state"] == run_folder.INTERRUPTED
+    assert fingerprint(part) == before and files.read_status(part)["state"] == lifecycle.INTERRUPTED
     # Bitwise on CPU: every loss and accuracy, every epoch, and the final metrics.
     assert [{k: r[k] for k in COMPARED} for r in rows(resumed)] == [{k: r[k] for k in COMPARED} for r in rows(full)]
     uninterrupted = RunMetrics.read(full / "metrics.json")
@@ -133,7 +133,7 @@ def test_a_run_resumed_into_a_new_folder_takes_the_tokenizer_of_the_run_it_conti
     setting: it may point elsewhere now, where another tokenizer may wait)."""
     from types import SimpleNamespace
 
-    from mha_textclf.tokenizer import load_tokenizer
+    from mha_textclf.tokenizer.cache import load_tokenizer
 
     settings = settings_for("experiment=smoke", f"resume={smoke_run.dir}", f"tokenizer.cache_dir={tmp_path / 'cache'}")
     monkeypatch.setattr(train_module, "get_tokenizer", lambda *args: pytest.fail("the tokenizer was learned again"))

@@ -18,12 +18,14 @@ import torch
 import yaml
 
 from conftest import REPO, fingerprint, run_split, settings_for, train_in_process
-from mha_textclf import pipeline, run_folder, training
+from mha_textclf import pipeline, training
 from mha_textclf.errors import RunFolderError, UserError
-from mha_textclf.reports import RunMetrics
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, SCHEDULES, show
-from mha_textclf.summary import run_row
-from mha_textclf.tokenizer import load_tokenizer, resolve_vocab_size
+from mha_textclf.runs import files, lifecycle
+from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, SCHEDULES, flat, show
+from mha_textclf.sweeps.collect import run_row
+from mha_textclf.tokenizer.cache import load_tokenizer
+from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
 
 # Dropout, token dropout, a warm-up + cosine schedule and length grouping carry RNG and schedule state across epochs:
 # continuing must restore all of it for the history to match the uninterrupted run's.
@@ -51,7 +53,7 @@ def assert_same_as_uninterrupted(run_dir, metrics, uninterrupted):
     assert rows(run_dir) == rows(reference_dir)  # bitwise on CPU, every epoch exactly once
     assert (metrics.val, metrics.test, metrics.best_epoch) == (reference.val, reference.test, reference.best_epoch)
     assert RunMetrics.read(run_dir / "metrics.json").test == reference.test
-    assert run_folder.read_status(run_dir)["state"] == run_folder.FINISHED
+    assert files.read_status(run_dir)["state"] == lifecycle.FINISHED
     # docs/comparing.md: "training seconds are the run's own, from `history.csv`, over all its attempts".
     with (run_dir / "history.csv").open() as f:
         every_attempt = sum(float(r["train_seconds"]) for r in csv.DictReader(f))
@@ -75,7 +77,7 @@ def test_the_same_command_on_a_finished_folder_trains_nothing(data_dir, tmp_path
     again = train_in_process(run_dir, *elsewhere, data_dir=moved)
     assert again == first
     assert fingerprint(run_dir) == before
-    assert run_folder.folder_state(run_dir) == run_folder.FINISHED
+    assert lifecycle.folder_state(run_dir) == lifecycle.FINISHED
 
 
 @pytest.mark.slow
@@ -113,16 +115,16 @@ def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_di
     folder as it was."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    run_folder.write_config(run_dir, settings_for(*COMMON))
-    saved = run_folder.flat(dataclasses.asdict(settings_for(*COMMON)))
+    files.write_config(run_dir, settings_for(*COMMON))
+    saved = flat(dataclasses.asdict(settings_for(*COMMON)))
     watched = settings_for(*COMMON, "logger=many", "logger.mlflow.experiment=elsewhere", "device=cpu",
                            "trainer.num_threads=2", "probes.order=[]", "probes.attention=[0]", "time_to_accuracy=[0.5]",
                            f"tokenizer.cache_dir={tmp_path / 'cache'}", f"data.path={tmp_path / 'moved'}")
-    assert run_folder.changed_settings(saved, run_folder.flat(dataclasses.asdict(watched))) == []
+    assert lifecycle.changed_settings(saved, flat(dataclasses.asdict(watched))) == []
     (run_dir / ".lock").touch()  # (as a run that held the folder left it)
     before = fingerprint(run_dir)
     other = settings_for(*COMMON[:-1], "pe=false", "model.d_model=32", "trainer.lr=0.01")
-    with pytest.raises(RunFolderError) as refused, run_folder.claim(run_dir, other, []):
+    with pytest.raises(RunFolderError) as refused, lifecycle.claim(run_dir, other, []):
         pytest.fail("claimed a folder holding other settings")
     assert (f"{run_dir} holds a run with other training settings (model.d_model=64 there, 32 now; pe=true there, "
             "false now; trainer.lr=0.003 there, 0.01 now); nothing was changed.") in str(refused.value)
@@ -135,9 +137,9 @@ def test_a_refusal_gives_both_ways_out_another_folder_for_a_run_or_a_sweep_or_ov
     and as a sweep choose it (hydra.run.dir=, hydra.sweep.dir=), and overwrite=true, which deletes the results."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    run_folder.write_config(run_dir, settings_for(*COMMON))
+    files.write_config(run_dir, settings_for(*COMMON))
     other = settings_for(*COMMON[:-1], "pe=false")
-    with pytest.raises(RunFolderError) as refused, run_folder.claim(run_dir, other, []):
+    with pytest.raises(RunFolderError) as refused, lifecycle.claim(run_dir, other, []):
         pytest.fail("claimed a folder holding other settings")
     ways_out = str(refused.value).split("nothing was changed. ", 1)[1]
     assert ways_out == ("Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or "
@@ -149,9 +151,9 @@ def test_only_a_constant_learning_rate_may_train_longer_than_the_run_it_continue
     """docs/runs.md: "The same" run may differ in "`trainer.epochs` with `trainer.schedule=constant` (to train
     longer)": linear and cosine decay are laid out over the epochs the run started with (both reach 0 at its last
     epoch), so more epochs with either are other training settings; a constant rate trains on."""
-    saved = run_folder.flat(dataclasses.asdict(settings_for(*COMMON, f"trainer.schedule={schedule}")))
+    saved = flat(dataclasses.asdict(settings_for(*COMMON, f"trainer.schedule={schedule}")))
     longer = saved | {"trainer.epochs": saved["trainer.epochs"] + 2}
-    assert run_folder.changed_settings(saved, longer) == ([] if schedule == "constant" else ["trainer.epochs"])
+    assert lifecycle.changed_settings(saved, longer) == ([] if schedule == "constant" else ["trainer.epochs"])
 
 
 def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
@@ -160,7 +162,7 @@ def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
     beside the old one's. A file that is not the run's stays."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    run_folder.write_config(run_dir, settings_for(*COMMON))
+    files.write_config(run_dir, settings_for(*COMMON))
     written = ["tensorboard/events.out.tfevents.1.host", "metrics.json", "history.csv", "model.pt", "best.pt",
                "last.pt", "error.txt", "order_probe.json", "tokenizer/tokenizer.json", "loss_curve.png",
                "classification_report_val.txt", "confusion_matrix_test.png", "attention_an_old_probe.png",
@@ -168,7 +170,7 @@ def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
     for name in written:
         (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / name).write_text("the old run's")
-    with run_folder.claim(run_dir, settings_for(*COMMON[:-1], "pe=false", "overwrite=true"), []) as start:
+    with lifecycle.claim(run_dir, settings_for(*COMMON[:-1], "pe=false", "overwrite=true"), []) as start:
         assert start.state is None and start.finished is None  # afresh
         left = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file())
     assert left == [".lock", "config.yaml", "notes.txt", "status.json"]
@@ -182,20 +184,20 @@ def test_overwrite_deletes_the_event_files_in_the_folder_the_settings_name_and_n
     run_dir = tmp_path / "runs" / "run"
     run_dir.mkdir(parents=True)
     old = settings_for(*COMMON, "logger=tensorboard", "logger.tensorboard.subdir=tb_old")
-    run_folder.write_config(run_dir, old)
+    files.write_config(run_dir, old)
     for name in ("tb_old/events.out.tfevents.1.host", "tb_new/events.out.tfevents.2.host", "notes.txt",
                  "../beside/notes.txt"):
         (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / name).write_text("kept unless the run's")
     new = settings_for(*COMMON, "logger=tensorboard", "logger.tensorboard.subdir=tb_new", "overwrite=true")
-    with run_folder.claim(run_dir, new, []):
+    with lifecycle.claim(run_dir, new, []):
         pass
     assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()) == [
         ".lock", "config.yaml", "notes.txt", "status.json"]
     for subdir in (".", "..", "../beside", str(tmp_path)):
-        run_folder.write_config(run_dir, settings_for(*COMMON, "logger=tensorboard",
+        files.write_config(run_dir, settings_for(*COMMON, "logger=tensorboard",
                                                       f"logger.tensorboard.subdir={subdir}"))
-        with run_folder.claim(run_dir, settings_for(*COMMON, "overwrite=true"), []):
+        with lifecycle.claim(run_dir, settings_for(*COMMON, "overwrite=true"), []):
             pass
         assert (run_dir / "notes.txt").exists() and (tmp_path / "runs" / "beside" / "notes.txt").exists(), subdir
 
@@ -205,7 +207,8 @@ KILLER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, "tests")
     from conftest import train_in_process
-    from mha_textclf import checkpoint, pipeline, training
+    from mha_textclf import pipeline, training
+    from mha_textclf.runs import checkpoint
     from pathlib import Path
     point, run_dir, data_dir, *overrides = sys.argv[1:]
     die = lambda: os.kill(os.getpid(), signal.SIGKILL)
@@ -238,13 +241,13 @@ def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(
     run_dir = tmp_path / "run"
     killed = commands.run(["-c", KILLER, point, str(run_dir), str(data_dir), *COMMON], cwd=REPO, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert run_folder.read_status(run_dir)["state"] == run_folder.RUNNING
-    assert run_folder.folder_state(run_dir) == run_folder.INTERRUPTED  # nobody holds its lock: it was killed
+    assert files.read_status(run_dir)["state"] == lifecycle.RUNNING
+    assert lifecycle.folder_state(run_dir) == lifecycle.INTERRUPTED  # nobody holds its lock: it was killed
     row = run_row(run_dir, tmp_path)  # a summary says so, even where an earlier metrics.json is there (mid-report)
     assert row["status"] == "interrupted" and "run the same command again" in row["error"]
     metrics = train_in_process(run_dir, *COMMON, data_dir=data_dir)
     assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
-    assert run_folder.read_status(run_dir)["attempt"] == 2
+    assert files.read_status(run_dir)["attempt"] == 2
 
 
 @pytest.mark.slow
@@ -262,7 +265,7 @@ def test_a_signal_then_the_same_command_continues_in_place(signum, data_dir, tmp
         time.sleep(0.01)
     process.send_signal(signum)
     assert process.wait(timeout=600) == 128 + signum
-    assert run_folder.read_status(run_dir)["state"] == run_folder.INTERRUPTED
+    assert files.read_status(run_dir)["state"] == lifecycle.INTERRUPTED
     stopped = RunMetrics.read(run_dir / "metrics.json")  # what was trained is reported, and why it stopped
     assert stopped.interrupted_by == signal.Signals(signum).name and stopped.epochs == len(rows(run_dir)) >= 1
     done = commands.run(command, cwd=REPO, env=env, timeout=600)
@@ -297,7 +300,7 @@ def test_the_preemption_signal_stops_after_the_step_then_hands_over_to_the_launc
         return real_epoch(*args)
 
     def launcher_handler(signum, frame):
-        handed_over.append((signum, run_folder.read_status(run_dir)["state"]))
+        handed_over.append((signum, files.read_status(run_dir)["state"]))
 
     previous = signal.signal(signal.SIGUSR2, launcher_handler)
     try:
@@ -306,7 +309,7 @@ def test_the_preemption_signal_stops_after_the_step_then_hands_over_to_the_launc
             metrics = train_in_process(run_dir, *COMMON, data_dir=data_dir)
     finally:
         signal.signal(signal.SIGUSR2, previous)
-    assert handed_over == [(signal.SIGUSR2, run_folder.INTERRUPTED)]  # once, after the folder was written
+    assert handed_over == [(signal.SIGUSR2, lifecycle.INTERRUPTED)]  # once, after the folder was written
     assert metrics.interrupted_by == "SIGUSR2" and metrics.epochs == 1 and len(rows(run_dir)) == 1
     assert json.loads((run_dir / "metrics.json").read_text())["interrupted_by"] == "SIGUSR2"
     metrics = train_in_process(run_dir, *COMMON, data_dir=data_dir)
@@ -342,7 +345,7 @@ def test_a_second_signal_goes_to_the_handler_from_before_the_run(signum):
 def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    with run_folder._lock(run_dir), pytest.raises(RunFolderError, match=r"Another process .* is running in"):
+    with lifecycle._lock(run_dir), pytest.raises(RunFolderError, match=r"Another process .* is running in"):
         train_in_process(run_dir, *COMMON, data_dir=data_dir)
     assert list(run_dir.iterdir()) == [run_dir / ".lock"]
 
@@ -353,14 +356,14 @@ def test_status_json_names_the_attempt_pid_and_host_and_a_second_start_is_refuse
     flock on an open file, so a second claim in this very process is refused as another process's would be.)"""
     run_dir = tmp_path / "run"
     settings = settings_for("experiment=smoke")
-    with run_folder.claim(run_dir, settings, []):
-        status = run_folder.read_status(run_dir)
+    with lifecycle.claim(run_dir, settings, []):
+        status = files.read_status(run_dir)
         assert (status["state"], status["attempt"], status["pid"], status["host"]) == (
-            run_folder.RUNNING, 1, os.getpid(), socket.gethostname())
+            lifecycle.RUNNING, 1, os.getpid(), socket.gethostname())
         expected = f"Another process (pid {os.getpid()} on {socket.gethostname()}) is running in {run_dir}."
-        with pytest.raises(RunFolderError, match=re.escape(expected)), run_folder.claim(run_dir, settings, []):
+        with pytest.raises(RunFolderError, match=re.escape(expected)), lifecycle.claim(run_dir, settings, []):
             pytest.fail("a second start got the folder")
-        assert run_folder.folder_state(run_dir) == run_folder.RUNNING  # held: running, not killed
+        assert lifecycle.folder_state(run_dir) == lifecycle.RUNNING  # held: running, not killed
 
 
 def stopped_in_epoch_2(run_dir, data_dir, monkeypatch) -> None:
@@ -415,7 +418,7 @@ def test_a_sweep_run_again_trains_only_what_is_not_finished(data_dir, tmp_path):
     first = sweep(sweep_dir, data_dir=data_dir)
     # Job 0 finished, and its job.json written (after the run, by the sweep's callback: a kill while it is written
     # leaves its temporary file, which the next start replaces).
-    while not any(run_folder.read_status(job).get("state") == run_folder.FINISHED and (job / "job.json").exists()
+    while not any(files.read_status(job).get("state") == lifecycle.FINISHED and (job / "job.json").exists()
                   for job in sweep_dir.glob("0_*")) and first.poll() is None:
         time.sleep(0.01)
     (job0,) = sweep_dir.glob("0_*")
@@ -447,7 +450,7 @@ def test_overwrite_and_resume_of_the_same_folder_are_refused_and_overwrite_holds
     # A Slurm job started with overwrite=true starts afresh once; requeued (same job id), it continues what it began.
     monkeypatch.setenv("SLURM_JOB_ID", "41")
     train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
-    assert run_folder.read_status(run_dir)["launch"] == "slurm 41"
+    assert files.read_status(run_dir)["launch"] == "slurm 41"
     monkeypatch.setattr(training, "_train_epoch", lambda *a, **k: pytest.fail("the requeued job started afresh"))
     train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
 
@@ -475,7 +478,7 @@ def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path
         patch.setattr(training, "_train_epoch", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
         with pytest.raises(KeyboardInterrupt):
             train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
-    assert run_folder.read_status(resumed)["state"] == run_folder.INTERRUPTED  # (as a second Ctrl-C: no failure)
+    assert files.read_status(resumed)["state"] == lifecycle.INTERRUPTED  # (as a second Ctrl-C: no failure)
     # The new folder's best.pt is the best epoch so far, as soon as the run starts there.
     best, best_before = (torch.load(folder / "best.pt", weights_only=True)["state_dict"] for folder in (resumed, part))
     assert best.keys() == best_before.keys() and all(torch.equal(best[k], best_before[k]) for k in best)
@@ -508,7 +511,7 @@ def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_
     median = (lengths[(len(lengths) - 1) // 2] + lengths[len(lengths) // 2]) / 2
     long = median >= LONG_TEXT
     assert long is (max_length == 128)
-    config = run_folder.flat(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    config = flat(yaml.safe_load((run_dir / "config.yaml").read_text()))
     decided = {k: values[long] for k, values in BY_TEXT_LENGTH.items() if k != "trainer.epochs"}
     assert {k: config[k] for k in decided} == decided and config["trainer.epochs"] == 2  # the smoke run's own
     assert set(metrics.adapted) == set(decided)  # trainer.epochs was given: nothing to decide
@@ -516,7 +519,7 @@ def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_
                for k, v in decided.items()), metrics.adapted
     assert f"model.d_model={decided['model.d_model']} (null: the median training text" in caplog.text
     saved = torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]
-    assert run_folder.flat(saved)["model.token_dropout"] == decided["model.token_dropout"]
+    assert flat(saved)["model.token_dropout"] == decided["model.token_dropout"]
     assert torch.load(run_dir / "model.pt", weights_only=True)["model_config"]["d_model"] == decided["model.d_model"]
     # The same command (null again) finds its run; another value is other settings.
     assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
@@ -525,11 +528,11 @@ def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_
 
 
 def test_a_null_epoch_count_is_the_run_s_own_and_a_longer_one_with_a_decaying_schedule_is_other_settings():
-    saved = run_folder.flat(dataclasses.asdict(settings_for(*COMMON)))
-    now = run_folder.flat(dataclasses.asdict(settings_for(*COMMON, "trainer.epochs=null")))
+    saved = flat(dataclasses.asdict(settings_for(*COMMON)))
+    now = flat(dataclasses.asdict(settings_for(*COMMON, "trainer.epochs=null")))
     assert saved["trainer.epochs"] == 3 and now["trainer.epochs"] is None
-    assert run_folder.changed_settings(saved, now) == []
-    assert run_folder.changed_settings(saved, now | {"trainer.epochs": 4}) == ["trainer.epochs"]
+    assert lifecycle.changed_settings(saved, now) == []
+    assert lifecycle.changed_settings(saved, now | {"trainer.epochs": 4}) == ["trainer.epochs"]
 
 
 @pytest.mark.slow
@@ -559,25 +562,25 @@ def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failur
     same command continues an unfinished run, "failed" among them, "after the last finished epoch (last.pt), in
     place". Once it continues, the folder is a running run's again: the earlier failure's error.txt goes (the
     folder's other files, its tokenizer among them, stay), and status.json says running, the second attempt."""
-    from mha_textclf.checkpoint import TRAINING_STATE_FORMAT
+    from mha_textclf.runs.checkpoint import TRAINING_STATE_FORMAT
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     settings = settings_for(*COMMON)
-    run_folder.write_config(run_dir, settings)
+    files.write_config(run_dir, settings)
     row = {"epoch": 1, "train_loss": 1.5, "val_loss": 1.4, "val_accuracy": 0.5, "lr": 0.003, "train_seconds": 1.0,
            "eval_seconds": 0.5, "elapsed_train_seconds": 1.0, "train_tokens": 100}
     torch.save({"format": TRAINING_STATE_FORMAT, "epoch": 1, "history": [row]}, run_dir / "last.pt")
     (run_dir / "tokenizer").mkdir()
     (run_dir / "tokenizer" / "tokenizer.json").write_text("{}")
-    run_folder.mark(run_dir, run_folder.FAILED, attempt=1, message="RuntimeError: CUDA out of memory")
+    lifecycle.mark(run_dir, lifecycle.FAILED, attempt=1, message="RuntimeError: CUDA out of memory")
     (run_dir / "error.txt").write_text("RuntimeError: CUDA out of memory\n")
-    with run_folder.claim(run_dir, settings, []) as start:
+    with lifecycle.claim(run_dir, settings, []) as start:
         assert start.in_place and start.state["epoch"] == 1 and start.attempt == 2
         assert not (run_dir / "error.txt").exists()
         assert (run_dir / "tokenizer" / "tokenizer.json").read_text() == "{}"
-        status = run_folder.read_status(run_dir)
-        assert (status["state"], status["attempt"], status["message"]) == (run_folder.RUNNING, 2, None)
+        status = files.read_status(run_dir)
+        assert (status["state"], status["attempt"], status["message"]) == (lifecycle.RUNNING, 2, None)
         assert [int(r["epoch"]) for r in csv.DictReader((run_dir / "history.csv").read_text().splitlines())] == [1]
 
 
@@ -594,13 +597,13 @@ def test_the_same_command_with_the_epoch_count_left_null_on_a_finished_folder_tr
     run_dir.mkdir()
     for name in ("config.yaml", "status.json", "metrics.json", "last.pt"):
         shutil.copy(smoke_run.dir / name, run_dir / name)
-    assert run_folder.read_status(run_dir)["state"] == run_folder.FINISHED
+    assert files.read_status(run_dir)["state"] == lifecycle.FINISHED
     (run_dir / ".lock").touch()  # (as the run that held the folder left it)
     before = fingerprint(run_dir)
     settings = settings_for(f"data.path={data_dir}", "model=efficient", "pe=true", "experiment=smoke",
                             "trainer.epochs=null")
     assert settings.trainer.epochs is None
-    with caplog.at_level(logging.INFO, logger="train"), run_folder.claim(run_dir, settings, []) as start:
+    with caplog.at_level(logging.INFO, logger="train"), lifecycle.claim(run_dir, settings, []) as start:
         assert start.finished == RunMetrics.read(run_dir / "metrics.json") and start.state is None
     assert f"{run_dir} already holds this run, finished: nothing to train" in caplog.text
     assert fingerprint(run_dir) == before
@@ -612,14 +615,14 @@ def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afr
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     settings = settings_for(*COMMON)
-    run_folder.write_config(run_dir, settings)
+    files.write_config(run_dir, settings)
     (run_dir / "last.pt").write_bytes(b"cut short by a full disk")
-    run_folder.mark(run_dir, run_folder.INTERRUPTED, attempt=1)
+    lifecycle.mark(run_dir, lifecycle.INTERRUPTED, attempt=1)
     before = fingerprint(run_dir)
-    with pytest.raises(UserError) as info, run_folder.claim(run_dir, settings, []):
+    with pytest.raises(UserError) as info, lifecycle.claim(run_dir, settings, []):
         pass
     message = str(info.value)
     assert message.startswith(f"Cannot continue the run in {run_dir}: ") and str(run_dir / "last.pt") in message
     assert message.endswith("To start it afresh instead: overwrite=true.")
     after = {name: digest for name, digest in fingerprint(run_dir).items() if name != ".lock"}  # the claim's own
-    assert after == before and run_folder.read_status(run_dir)["state"] == run_folder.INTERRUPTED
+    assert after == before and files.read_status(run_dir)["state"] == lifecycle.INTERRUPTED

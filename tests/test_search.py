@@ -22,17 +22,13 @@ import yaml
 from conftest import REPO, load_script, optional, settings_for
 from mha_textclf import pipeline as train_module
 from mha_textclf.errors import UserError
-from mha_textclf.reports import RunMetrics
+from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import MISSED_HEARTBEATS, flat
 
 optuna = optional("optuna", "hpo")
 
-from mha_textclf.tuning import (  # noqa: E402
-    InterruptedStudyError,
-    as_override,
-    search,
-    search_space,
-)
+from mha_textclf.search.space import as_override, search_space  # noqa: E402  (after the check that Optuna is there)
+from mha_textclf.search.study import InterruptedStudyError, search  # noqa: E402
 
 
 def test_hydra_sweep_expressions_become_optuna_distributions():
@@ -104,7 +100,7 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
         return real_train(*args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr("mha_textclf.tuning.train", train_interrupting_the_second_trial)
+        patch.setattr("mha_textclf.search.study.train", train_interrupting_the_second_trial)
         with pytest.raises(InterruptedStudyError, match="SIGINT"):
             search(tiny(tmp_path, data_dir), study_dir)
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
@@ -161,7 +157,7 @@ def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tm
 def fake_trainer(losses_of, calls=None, seconds=0.0):
     """A stand-in for training: epochs whose validation loss `losses_of(overrides)` gives, reported as train would,
     stopping when asked, in `seconds` a trial; returns the metrics a run would."""
-    from mha_textclf.reports import RunMetrics, SplitMetrics
+    from mha_textclf.runs.metrics import RunMetrics, SplitMetrics
 
     def train_trial(overrides, run_dir, on_epoch_end):
         if calls is not None:
@@ -192,7 +188,7 @@ def study_settings(tmp_path, **changes):
 
 
 def test_a_trial_worse_than_the_median_is_pruned_and_one_at_its_last_epoch_is_not(tmp_path):
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     def losses(overrides):  # low learning rates learn; high ones stall far above the median
         lr = float(overrides[-1].split("=")[1])
@@ -221,7 +217,7 @@ def test_trials_are_tpe_s_draws_seeded_by_their_number_beyond_its_random_start_t
     """docs/search.md: "TPE samples, and maximises the validation accuracy of the reported model; trial n draws with
     the seed `seed + n`". Each trial's value, against Optuna's own TPESampler(seed + n) shown the trials before it:
     the first 10 are TPE's random start (a RandomSampler of the same seed draws them too), the last two TPE's own."""
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     settings = study_settings(tmp_path, n_trials=12, pruning=False, seed=4)
     learned = fake_trainer(lambda overrides: [abs(math.log10(float(overrides[-1].split("=")[1])) + 2)])
@@ -241,7 +237,7 @@ def test_the_pruner_stops_a_trial_below_the_median_of_the_completed_trials_and_p
     `startup_trials` have completed)", and `python -m search study=accuracy_unpruned pruning=false   # the same space,
     without pruning`. Each trial's state against that rule written out: the validation loss, the same at
     every epoch, grows with the distance of the sampled learning rate from 1e-2, so every trial has its own."""
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     def losses(overrides):
         return [abs(math.log10(float(overrides[-1].split("=")[1])) + 2)] * 4
@@ -276,7 +272,7 @@ def test_the_study_s_pruner_cuts_at_the_median_itself_not_a_percentile_beside_it
     40th percentile passed, no tested trial lay between the two)."""
     from optuna.distributions import FloatDistribution
 
-    from mha_textclf.tuning import _open_study
+    from mha_textclf.search.study import _open_study
 
     settings = settings_for(app="search")  # the defaults: warmup_epochs=2, startup_trials=5
     study = _open_study(settings, str(tmp_path / "journal.log"))
@@ -294,7 +290,7 @@ def test_the_study_s_pruner_cuts_at_the_median_itself_not_a_percentile_beside_it
         assert bool(trial.should_prune()) is stopped, offset
 
 def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path, monkeypatch):
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     calls = []
     settings = study_settings(tmp_path, n_trials=3, pruning=False)
@@ -331,7 +327,7 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path, monkeypa
 
 
 def test_a_failing_trial_does_not_end_the_study(tmp_path):
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     def losses(overrides):
         if float(overrides[-1].split("=")[1]) > 1e-2:
@@ -356,7 +352,7 @@ def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
     passed, the tests' spaces had one, or were checked only for what best.json held)."""
     from dataclasses import replace
 
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     returned, trained_with = {}, {}
     fake = fake_trainer(lambda o: [0.9, 0.6, 0.7])  # 3 epochs, the best at the second
@@ -390,7 +386,7 @@ def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_
     over the complete trials. Read from the figures the study saved, against the study in its storage."""
     from matplotlib.figure import Figure
 
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     figures, real_savefig = {}, Figure.savefig
 
@@ -430,7 +426,7 @@ def test_a_worker_stops_once_the_study_has_n_trials_finished_pruned_ones_by_othe
     while this one runs its first: with n_trials=3, that first trial is its last."""
     from optuna.distributions import FloatDistribution
 
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     settings = study_settings(tmp_path, n_trials=3, pruning=False, storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     calls, fake = [], fake_trainer(lambda o: [0.5])
@@ -460,7 +456,7 @@ def test_workers_finishing_together_write_the_reports_in_turn_under_reports_lock
     from optuna.storages.journal import JournalFileOpenLock
     from optuna.visualization import matplotlib as plots
 
-    from mha_textclf.tuning import write_study_reports
+    from mha_textclf.search.study import write_study_reports
 
     for plot in ("plot_optimization_history", "plot_param_importances"):  # (a second of drawing; read elsewhere)
         monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
@@ -495,7 +491,7 @@ def test_each_report_file_is_written_whole_under_a_temporary_name_then_renamed_i
     from optuna.distributions import FloatDistribution
     from optuna.visualization import matplotlib as plots
 
-    from mha_textclf import tuning
+    from mha_textclf.search import study as tuning
 
     for plot in ("plot_optimization_history", "plot_param_importances"):  # (drawing: read elsewhere)
         monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
@@ -525,7 +521,7 @@ def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path, monkeypa
     seconds, a single trial)."""
     from optuna.visualization import matplotlib as plots
 
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     for plot in ("plot_optimization_history", "plot_param_importances"):  # (a second of drawing; read elsewhere)
         monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
@@ -563,7 +559,7 @@ def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, mon
         seen.append(threads)
         return fake_trainer(lambda o: [0.5])(overrides, run_dir, on_epoch_end)
 
-    monkeypatch.setattr("mha_textclf.tuning.train", train_recording_threads)
+    monkeypatch.setattr("mha_textclf.search.study.train", train_recording_threads)
     search(study_settings(tmp_path, n_trials=2, pruning=False, num_threads=2), tmp_path / "study")
     assert seen == [2, 2]
 
@@ -577,7 +573,7 @@ def test_without_num_threads_a_worker_s_trials_keep_torch_s_default_threads(tmp_
         seen.append(threads)
         return fake_trainer(lambda o: [0.5])(overrides, run_dir, on_epoch_end)
 
-    monkeypatch.setattr("mha_textclf.tuning.train", train_recording_threads)
+    monkeypatch.setattr("mha_textclf.search.study.train", train_recording_threads)
     settings = settings_for("study=fake", f"storage=sqlite:///{tmp_path / 'optuna.db'}", "n_trials=2",
                             "pruning=false", app="search")
     settings.train, settings.params = [], {"trainer.lr": "tag(log, interval(1e-4, 1e-1))"}
@@ -597,7 +593,7 @@ def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, capl
         return fake_trainer(lambda o: [0.5])(overrides, run_dir, on_epoch_end)
 
     settings = study_settings(tmp_path, n_trials=2, pruning=False)
-    monkeypatch.setattr("mha_textclf.tuning.train", train_logging)
+    monkeypatch.setattr("mha_textclf.search.study.train", train_logging)
     monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: None)  # (a second each, unused)
     caplog.set_level(logging.INFO)
     study = search(settings, tmp_path / "study")
@@ -615,7 +611,7 @@ def test_a_journal_file_named_by_storage_holds_the_study_there(tmp_path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     journal = tmp_path / "shared" / "path" / "study.log"
     for storage, where in ((str(journal), journal), (None, tmp_path / "default" / "optuna-journal.log")):
@@ -632,7 +628,7 @@ def test_a_path_with_a_colon_but_no_scheme_is_a_journal_file(tmp_path):
     """docs/search.md: "A path without `://` is a journal file; anything with `://` is an SQLAlchemy URL.": a folder
     named by a time of day (run at 12:00) holds the study's journal all the same (round 24: taking any path with a
     colon for a URL passed, no tested path had one; URLs: test_a_database_takes_a_trial_silent_...)."""
-    from mha_textclf.workers import HeartbeatJournalStorage, open_storage
+    from mha_textclf.search.workers import HeartbeatJournalStorage, open_storage
 
     journal = tmp_path / "run at 12:00" / "study.log"
     storage = open_storage(str(journal), heartbeat_seconds=20)
@@ -766,7 +762,7 @@ def test_measure_search_removes_an_earlier_measurement_s_study_before_its_worker
 
 
 def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
-    from mha_textclf.tuning import run_search
+    from mha_textclf.search.study import run_search
 
     with pytest.raises(UserError, match="storage='foo://bar': Optuna cannot keep a study there"):
         run_search(study_settings(tmp_path, storage="foo://bar"), tmp_path / "study", fake_trainer(lambda o: [0.5]))
@@ -783,7 +779,7 @@ def test_a_database_takes_a_trial_silent_for_three_heartbeats_for_dead_as_the_jo
     from optuna.storages._rdb import models
     from optuna.storages._rdb.storage import _create_scoped_session
 
-    from mha_textclf.workers import open_storage, retry_once
+    from mha_textclf.search.workers import open_storage, retry_once
 
     storage = open_storage(f"sqlite:///{tmp_path / 'db' / 'optuna.db'}", heartbeat_seconds=10)
     study = optuna.create_study(study_name="s", storage=storage)
@@ -801,8 +797,8 @@ def test_a_database_takes_a_trial_silent_for_three_heartbeats_for_dead_as_the_jo
 def test_by_default_a_worker_beats_every_20_seconds_and_a_trial_silent_for_a_minute_is_dead(tmp_path):
     """docs/search.md: "its worker records a heartbeat every heartbeat_seconds (20). A trial silent for 3 heartbeats
     ... is marked failed": the study python -m search opens beats every 20 s; 55 s of silence is alive, 65 s dead."""
-    from mha_textclf.tuning import _open_study
-    from mha_textclf.workers import HEARTBEAT
+    from mha_textclf.search.study import _open_study
+    from mha_textclf.search.workers import HEARTBEAT
 
     settings = settings_for(app="search")
     study = _open_study(settings, str(tmp_path / "journal.log"))
@@ -815,7 +811,7 @@ def test_by_default_a_worker_beats_every_20_seconds_and_a_trial_silent_for_a_min
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the_next_worker(tmp_path):
-    from mha_textclf.workers import HEARTBEAT, fail_stale_trials, open_storage
+    from mha_textclf.search.workers import HEARTBEAT, fail_stale_trials, open_storage
 
     journal = str(tmp_path / "journal.log")
     study = optuna.create_study(study_name="s", storage=open_storage(journal, heartbeat_seconds=10))
@@ -850,8 +846,8 @@ def test_a_worker_that_finishes_fails_and_requeues_a_trial_that_fell_silent_whil
     again, and its best.json counts it so (round 24: no check when a worker finished passed)."""
     from optuna.visualization import matplotlib as plots
 
-    from mha_textclf.tuning import run_search
-    from mha_textclf.workers import HEARTBEAT, open_storage
+    from mha_textclf.search.study import run_search
+    from mha_textclf.search.workers import HEARTBEAT, open_storage
 
     for plot in ("plot_optimization_history", "plot_param_importances"):  # (drawing: read elsewhere)
         monkeypatch.setattr(plots, plot, lambda study: (_ for _ in ()).throw(ValueError("not drawn here")))
@@ -880,7 +876,7 @@ def test_a_journal_trial_whose_worker_keeps_beating_stays_alive_long_after_its_s
     silent since its start, is dead."""
     from types import SimpleNamespace
 
-    from mha_textclf import workers
+    from mha_textclf.search import workers
 
     journal = str(tmp_path / "journal.log")
     study = optuna.create_study(study_name="s", storage=workers.open_storage(journal, heartbeat_seconds=10))
@@ -897,7 +893,7 @@ def test_a_journal_trial_whose_worker_keeps_beating_stays_alive_long_after_its_s
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_workers_started_together_draw_different_trials_and_one_worker_draws_as_before(tmp_path):
-    from mha_textclf.workers import TrialSeededSampler, open_storage
+    from mha_textclf.search.workers import TrialSeededSampler, open_storage
 
     def draw(study):
         trial = study.ask()
@@ -929,7 +925,7 @@ def start_worker(command):
 
 
 def load_tiny_study(study_dir):
-    from mha_textclf.workers import open_storage
+    from mha_textclf.search.workers import open_storage
 
     return optuna.load_study(study_name="tiny", storage=open_storage(str(study_dir / "optuna-journal.log"), 20))
 

@@ -9,17 +9,9 @@ from omegaconf import MISSING
 
 from conftest import settings_for
 from mha_textclf import cli
+from mha_textclf.checks import help_table, lookup, problems
 from mha_textclf.errors import UserError
-from mha_textclf.settings import (
-    DERIVED,
-    PredictSettings,
-    TrainSettings,
-    help_table,
-    known_keys,
-    lookup,
-    problems,
-    show,
-)
+from mha_textclf.settings import DERIVED, PredictSettings, TrainSettings, known_keys, show
 
 
 def command_line_problems(*args: str, app: str = "train") -> list[str]:

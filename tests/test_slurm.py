@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, run_train
-from mha_textclf.reports import RunMetrics
+from mha_textclf.runs.metrics import RunMetrics
 from test_search import assert_reports_describe, load_tiny_study, trial_folders_in, worker_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

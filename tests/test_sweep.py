@@ -21,20 +21,16 @@ from omegaconf import OmegaConf
 from scipy import stats
 
 from conftest import REPO, compose_config, fingerprint, load_script, require, run_train, write_jsonl
-from mha_textclf import run_folder
-from mha_textclf.cli import SweepSummary
-from mha_textclf.comparison import RULES
-from mha_textclf.reports import RunMetrics, SplitMetrics, write_history
-from mha_textclf.summary import (
-    groups_table,
-    plot_accuracy_vs_time,
-    plot_loss_curves,
-    plot_memory,
-    runs_table,
-    summary_markdown,
-    write_summary,
-)
-from mha_textclf.sweep import JobRecord
+from mha_textclf.runs import files
+from mha_textclf.runs.files import write_history
+from mha_textclf.runs.metrics import RunMetrics, SplitMetrics
+from mha_textclf.sweeps.callback import SweepSummary
+from mha_textclf.sweeps.collect import groups_table, runs_table
+from mha_textclf.sweeps.compare import RULES
+from mha_textclf.sweeps.markdown import summary_markdown
+from mha_textclf.sweeps.plots import plot_accuracy_vs_time, plot_loss_curves, plot_memory
+from mha_textclf.sweeps.record import JobRecord
+from mha_textclf.sweeps.summary import write_summary
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]", "data.max_length=128"]
 
@@ -330,7 +326,7 @@ def test_a_finished_sweep_run_again_through_a_launcher_trains_nothing(launched, 
     again = run_train(*launcher_sweep("submitit_local", sweep), data_dir=data_dir)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {job: fingerprint(job) for job in sweep.glob("[01]_*")} == before
-    assert len(before) == 2 and all(run_folder.read_status(job)["attempt"] == 1 for job in before)
+    assert len(before) == 2 and all(files.read_status(job)["attempt"] == 1 for job in before)
     # docs/comparing.md: "A sweep run again records its own jobs: one that found its run finished, the seconds it
     # took to see that" (its job.json is this sweep's), while the run's training seconds stay its own.
     for job, first_time in trained.items():

@@ -10,7 +10,7 @@ import yaml
 from conftest import optional, settings_for, train_in_process
 from mha_textclf import pipeline
 from mha_textclf.errors import UserError
-from mha_textclf.reports import RunMetrics
+from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import flat
 from mha_textclf.tracking import Trackers
 from mha_textclf.training import lr_factor

@@ -34,14 +34,16 @@ from conftest import (
     write_jsonl,
 )
 from mha_textclf import pipeline as train_module
-from mha_textclf import resolve, run_folder, training
-from mha_textclf.checkpoint import load_checkpoint, load_training_state
-from mha_textclf.data import load_corpus
+from mha_textclf import resolve, training
+from mha_textclf.data.corpus import load_corpus
 from mha_textclf.inference import load_run, predict
 from mha_textclf.model import ModelConfig, TextClassifier
-from mha_textclf.reports import RunMetrics
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, DataSettings, TrainerSettings
-from mha_textclf.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_tokenizer
+from mha_textclf.runs import files, lifecycle
+from mha_textclf.runs.checkpoint import load_checkpoint, load_training_state
+from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, DataSettings, TrainerSettings, flat
+from mha_textclf.tokenizer.cache import load_tokenizer
+from mha_textclf.tokenizer.wordpiece import SPECIAL_TOKENS, train_tokenizer
 from mha_textclf.tracking import Trackers
 from mha_textclf.training import DivergenceError
 
@@ -171,7 +173,7 @@ def test_on_a_gpu_every_split_s_batches_come_pinned_and_on_the_cpu_they_do_not(t
     """docs/performance.md: "On a GPU, `device=auto` picks CUDA, batches are pinned and copied without blocking": the
     loaders train builds for a CUDA device pin their batches' memory, for every split; for the CPU, where pinning
     buys nothing, none does. (Building a loader touches no GPU, so this runs anywhere.)"""
-    from mha_textclf.tokenizer import train_tokenizer
+    from mha_textclf.tokenizer.wordpiece import train_tokenizer
 
     rows = {split: [{"text": f"{('red', 'blue')[i % 2]} text {i}", "label": i % 2} for i in range(n)]
             for split, n in (("train", 16), ("validation", 8), ("test", 8))}
@@ -370,8 +372,8 @@ def test_the_unk_rate_of_every_split_is_logged_as_metrics_json_records_it(caplog
     reference counts the saved tokens itself."""
     from types import SimpleNamespace
 
-    from mha_textclf.data import Corpus, Split
-    from mha_textclf.tokenizer import encode
+    from mha_textclf.data.corpus import Corpus, Split
+    from mha_textclf.tokenizer.encoding import encode
 
     tokenizer = train_tokenizer(["abc abd abe", "abd abc"], vocab_size=40)  # every character of these texts fits
     texts = {"train": ["abc abd abe"] * 300 + ["abc xbd"], "val": ["abd abc"] * 199 + ["abc xbd"],
@@ -615,8 +617,8 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
         train_in_process(tmp_path, *SMOKE, "trainer.epochs=3", "probes.attention=[]", data_dir=data_dir)
     (row,) = history(tmp_path)
     assert row["epoch"] == 1
-    status = run_folder.read_status(tmp_path)  # a failure, not an interruption, and why
-    assert status["state"] == run_folder.FAILED and "became nan at epoch 2" in status["message"]
+    status = files.read_status(tmp_path)  # a failure, not an interruption, and why
+    assert status["state"] == lifecycle.FAILED and "became nan at epoch 2" in status["message"]
     state = load_training_state(tmp_path / "last.pt")
     assert state["epoch"] == 1 and [r["epoch"] for r in state["history"]] == [1]
     assert state["history"][0]["val_loss"] == pytest.approx(row["val_loss"], rel=1e-12)
@@ -632,8 +634,8 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
     assert metrics.epochs == 3 and [r["epoch"] for r in history(tmp_path)] == [1, 2, 3]
     assert history(tmp_path)[0] == row  # epoch 1 as it was, not trained again
     assert not (tmp_path / "error.txt").exists()
-    status = run_folder.read_status(tmp_path)
-    assert (status["state"], status["attempt"], status["message"]) == (run_folder.FINISHED, 2, None)
+    status = files.read_status(tmp_path)
+    assert (status["state"], status["attempt"], status["message"]) == (lifecycle.FINISHED, 2, None)
 
 
 @pytest.mark.slow
@@ -819,7 +821,7 @@ def test_the_long_text_rule_counts_the_training_texts_not_the_evaluation_splits(
     with pytest.raises(_DecidedError):
         train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
     long = long_split == "train"
-    values = run_folder.flat(dataclasses.asdict(decided[0]))
+    values = flat(dataclasses.asdict(decided[0]))
     assert {k: values[k] for k in BY_TEXT_LENGTH} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
 
 
@@ -848,8 +850,8 @@ def test_the_unk_warning_reads_the_training_texts_characters_not_the_evaluation_
     have."""
     from types import SimpleNamespace
 
-    from mha_textclf.data import Corpus, Split
-    from mha_textclf.tokenizer import encode
+    from mha_textclf.data.corpus import Corpus, Split
+    from mha_textclf.tokenizer.encoding import encode
 
     def warning(tokenizer, texts) -> str:
         loaders = {split: SimpleNamespace(dataset=SimpleNamespace(input_ids=encode(tokenizer, split_texts, 128)))

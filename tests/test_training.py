@@ -12,10 +12,10 @@ import torch
 
 from conftest import Terminal
 from mha_textclf import training
-from mha_textclf.checkpoint import load_checkpoint, load_training_state
-from mha_textclf.data import collate, make_loader
+from mha_textclf.data.batches import collate, make_loader
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
+from mha_textclf.runs.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.settings import BY_TEXT_LENGTH, TrainerSettings
 from mha_textclf.training import (
     DivergenceError,

@@ -19,10 +19,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
 from sklearn.svm import LinearSVC
 
-from mha_textclf.data import Corpus, load_corpus
-from mha_textclf.reports import RunMetrics, split_report
+from mha_textclf.data.corpus import Corpus, load_corpus
+from mha_textclf.reports import split_report
+from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import BaselineSettings
-from mha_textclf.tokenizer import encode, get_tokenizer, resolve_vocab_size
+from mha_textclf.tokenizer.cache import get_tokenizer
+from mha_textclf.tokenizer.encoding import encode
+from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
 
 log = logging.getLogger(__name__)
 

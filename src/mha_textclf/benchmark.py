@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import resource
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from mha_textclf.attention import VARIANTS, build_attention
+from mha_textclf.memory import peak_memory_mb, reset_peak_memory
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,37 +61,6 @@ def naive_memory_gb(case: Case) -> float:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _proc_status_mb(field: str) -> float:
-    """A memory field of /proc/self/status (VmRSS: resident now, VmHWM: resident at peak) in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024  # reported in kB
-    raise OSError(f"no {field} in /proc/self/status")
-
-
-def reset_peak_memory(device: torch.device) -> float:
-    """Start a fresh peak-memory measurement; returns the memory in use now (MB): on CUDA what torch allocated, on
-    the CPU the process's resident set."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return torch.cuda.memory_allocated(device) / 2**20
-    try:  # Linux: writing 5 to clear_refs resets the peak resident set (VmHWM) to the current one
-        Path("/proc/self/clear_refs").write_text("5")
-        return _proc_status_mb("VmRSS")
-    except OSError:  # elsewhere: the process's lifetime peak, a lower bound of the step's own
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """The peak since `reset_peak_memory` (MB), in the same terms."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    try:
-        return _proc_status_mb("VmHWM")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux and BSD report kB
 
 
 def measure(case: Case) -> dict:

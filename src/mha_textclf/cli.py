@@ -14,7 +14,6 @@ import difflib
 import functools
 import logging
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,12 +22,11 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType, ValueType
-from hydra.core.utils import JobReturn
-from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from mha_textclf import checks
 from mha_textclf import settings as schema
 from mha_textclf.errors import RunFolderError, UserError
 
@@ -76,7 +74,7 @@ def register(app: str) -> None:
     store = ConfigStore.instance()
     store.store(name=f"{app}_schema", node=SCHEMAS[app])
     # The help page is a string.Template ($APP_CONFIG_GROUPS) inside an OmegaConf node (${...}): escape both.
-    table = schema.help_table(SCHEMAS[app]).replace("$", "$$").replace("${", "\\${")
+    table = checks.help_table(SCHEMAS[app]).replace("$", "$$").replace("${", "\\${")
     options = {group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) for group in GROUPS[app]}
     groups = "".join(f"{group}: {', '.join(names)}\n" for group, names in options.items())
     groups = f"== Config groups (group=option) ==\n{groups}\n" if groups else ""
@@ -138,7 +136,7 @@ def check_override(cls: type, override: Override) -> list[str]:
                 if key == "experiment" else f"{key}=null: choose one of {options} ({key}=...)."]
     if _is_group(key) or override.type == OverrideType.DEL:
         return []  # groups and Hydra's own settings: Hydra lists their choices itself
-    found = schema.lookup(cls, key)
+    found = checks.lookup(cls, key)
     if isinstance(found, str):
         return [_group_hint(cls, override) or found]
     owner, f = found
@@ -155,10 +153,10 @@ def check_override(cls: type, override: Override) -> list[str]:
         try:
             typed = getattr(OmegaConf.merge(OmegaConf.structured(owner), {f.name: value}), f.name)
         except OmegaConfBaseException:
-            kind = schema.describe_type(schema.field_type(owner, f.name))
+            kind = checks.describe_type(schema.field_type(owner, f.name))
             mistakes.append(f"{key}={as_typed}: must be {kind}.")
             continue
-        why = schema.check_value(f, typed)
+        why = checks.check_value(f, typed)
         if why:
             mistakes.append(f"{key}={as_typed}: {why}.")
     return mistakes
@@ -233,12 +231,12 @@ def settings_problems(cfg: DictConfig) -> tuple[Any, list[str]]:
         settings = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:  # an interpolation that does not resolve, or resolves to the wrong type
         return None, [f"{e.full_key or 'config'}: {str(e).splitlines()[0]}"]
-    return settings, schema.problems(settings)
+    return settings, checks.problems(settings)
 
 
 def _help_of(cfg: DictConfig, key: str) -> str:
     cls = OmegaConf.get_type(cfg)
-    found = schema.lookup(cls, key) if cls is not None else None
+    found = checks.lookup(cls, key) if cls is not None else None
     return found[1].metadata["help"] if isinstance(found, tuple) else "no default"
 
 
@@ -308,56 +306,6 @@ def run_job(job: Callable[[Path, Callable[[], None]], T], cfg: DictConfig | None
             raise
         log.exception("job failed")  # the traceback goes to this job's log file
     return None
-
-
-class SweepSummary(Callback):
-    """A multirun's own record and its summary: each job writes job.json (its wall time) into its folder, in the
-    process that runs it, so that every launcher records it (basic, joblib, submitit); at the end, the multirun
-    process writes sweep.json (the sweep's wall time and every job's) and then summary.csv/.md and the plots.
-
-    Its modules (pandas, matplotlib, scipy) are imported when a sweep needs them: this module is imported by every
-    command, and a mistake on the command line should be answered in a second, not after seconds of imports."""
-
-    def __init__(self):
-        self.jobs = None  # a sweep.JobClock, made by the first job of a multirun
-        self.started: tuple[str, float] | None = None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from mha_textclf.sweep import now
-
-        self.started = (now(), time.perf_counter())
-
-    def on_job_start(self, config: DictConfig, **kwargs) -> None:
-        if config.hydra.mode == RunMode.MULTIRUN:  # a single run's folder stays as it was
-            from mha_textclf.sweep import JobClock
-
-            self.jobs = self.jobs or JobClock()
-            self.jobs.start(config.hydra.runtime.output_dir)
-
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
-        if config.hydra.mode != RunMode.MULTIRUN:  # a single run (or a search) has no job of a sweep to record
-            return
-        self.jobs.stop(config.hydra.runtime.output_dir, job=config.hydra.job.num,
-                       overrides=list(config.hydra.overrides.task), status=job_return.status.name)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        import pandas as pd
-
-        from mha_textclf.summary import write_summary
-        from mha_textclf.sweep import sweep_record
-
-        folder = Path(config.hydra.sweep.dir)
-        if self.started is not None:
-            started_at, start = self.started
-            sweep_record(folder, launcher=config.hydra.launcher._target_, started_at=started_at,
-                         wall_seconds=time.perf_counter() - start).write(folder)
-        paths = write_summary(folder)
-        runs = pd.read_csv(paths["summary.csv"])
-        log.info(f"sweep summary: {paths['summary.md']}\n{paths['summary.md'].read_text()}")
-        failed = runs[runs["status"] == "failed"]
-        if len(failed):
-            log.error(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(failed['run_dir'])} (see error.txt)")
-            sys.exit(1)
 
 
 def report(app: str, found: list[str]) -> None:

@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mha_textclf.checkpoint import load_checkpoint
-from mha_textclf.data import collate
+from mha_textclf.data.batches import collate
 from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
+from mha_textclf.runs.checkpoint import load_checkpoint
 from mha_textclf.settings import PredictSettings
-from mha_textclf.tokenizer import encode, load_tokenizer
+from mha_textclf.tokenizer.cache import load_tokenizer
+from mha_textclf.tokenizer.encoding import encode
 from mha_textclf.training import resolve_device
 
 log = logging.getLogger("predict")

@@ -20,26 +20,22 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
-from mha_textclf import resolve, run_folder
-from mha_textclf.benchmark import peak_memory_mb, reset_peak_memory
-from mha_textclf.checkpoint import save_checkpoint
-from mha_textclf.data import Corpus, load_corpus, make_loader
+from mha_textclf import resolve
+from mha_textclf.data.batches import make_loader
+from mha_textclf.data.corpus import Corpus, load_corpus
 from mha_textclf.inference import attention_map, order_probe
 from mha_textclf.inputs import InputCache
+from mha_textclf.memory import peak_memory_mb, reset_peak_memory
 from mha_textclf.model import ModelConfig, TextClassifier
-from mha_textclf.reports import (
-    RunMetrics,
-    append_history,
-    plot_attention,
-    plot_loss_curve,
-    slug,
-    split_report,
-    time_to_accuracy,
-    write_json,
-)
+from mha_textclf.reports import plot_attention, plot_loss_curve, slug, split_report, time_to_accuracy
 from mha_textclf.resolve import Resolved
+from mha_textclf.runs import files, lifecycle
+from mha_textclf.runs.checkpoint import save_checkpoint
+from mha_textclf.runs.files import append_history, write_json
+from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import TokenizerSettings, TrainSettings, flat, show
-from mha_textclf.tokenizer import encode, get_tokenizer, load_tokenizer, unknown_rate, unknown_rate_warning
+from mha_textclf.tokenizer.cache import get_tokenizer, load_tokenizer
+from mha_textclf.tokenizer.encoding import encode, unknown_rate, unknown_rate_warning
 from mha_textclf.tracking import open_trackers
 from mha_textclf.training import (
     FitResult,
@@ -60,7 +56,7 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     """Train, evaluate on val and test, and write the run folder `run_dir` (see docs/runs.md).
 
     A folder that already holds this run is continued after its last finished epoch, or, finished, only reported
-    (see run_folder.py). `overrides` are the command-line settings, recorded so that an interrupted run can say how
+    (see lifecycle.py). `overrides` are the command-line settings, recorded so that an interrupted run can say how
     to resume it; `threads` is the launcher's share of the cores (trainer.num_threads wins); `sweep` names the sweep
     or study the run belongs to (MLflow puts its runs in one experiment); `on_start()` runs once the folder is this
     run's (the entry point records Hydra's config there); `on_epoch_end(row)` runs once an epoch is on disk, and
@@ -69,7 +65,7 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     search's trials share one; without it everything is built afresh).
     """
     device = resolve_device(settings.device)
-    with run_folder.claim(run_dir, settings, list(overrides)) as start:
+    with lifecycle.claim(run_dir, settings, list(overrides)) as start:
         if start.finished is not None:
             return start.finished
         on_start()
@@ -79,16 +75,16 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
         except BaseException as e:
             # KeyboardInterrupt: a second Ctrl-C; SystemExit: a launcher's own signal handler ended the process.
             interrupted = isinstance(e, KeyboardInterrupt | SystemExit)
-            run_folder.mark(run_dir, run_folder.INTERRUPTED if interrupted else run_folder.FAILED,
+            lifecycle.mark(run_dir, lifecycle.INTERRUPTED if interrupted else lifecycle.FAILED,
                             message=f"{type(e).__name__}: {e}")
             raise
-        run_folder.mark(run_dir, run_folder.INTERRUPTED if metrics.interrupted_by else run_folder.FINISHED,
+        lifecycle.mark(run_dir, lifecycle.INTERRUPTED if metrics.interrupted_by else lifecycle.FINISHED,
                         epochs_done=metrics.epochs, interrupted_by=metrics.interrupted_by)
     stop.pass_on()  # under Slurm, submitit's handler of the preemption signal requeues the job and exits
     return metrics
 
 
-def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, overrides: Sequence[str],
+def _train(settings: TrainSettings, run_dir: Path, start: lifecycle.Start, overrides: Sequence[str],
            device: torch.device, threads: int | None, sweep: str | None,
            on_epoch_end: Callable[[dict], bool | None], inputs: InputCache) -> tuple[RunMetrics, StopOnSignal]:
     state = start.state
@@ -103,7 +99,7 @@ def _train(settings: TrainSettings, run_dir: Path, start: run_folder.Start, over
         stage = Stages(device)
         prepared = prepare(settings, device, stage, state, run_dir, start.in_place, inputs)
         if prepared.resolved.decisions:  # what the corpus decided, for the same command to continue with
-            run_folder.write_config(run_dir, prepared.resolved.settings)
+            files.write_config(run_dir, prepared.resolved.settings)
         return _fit_and_report(prepared, run_dir, state, overrides, device, sweep, on_epoch_end, trackers, stage)
 
 

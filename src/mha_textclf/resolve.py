@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, TokenizerSettings, TrainSettings, flat, show, with_values
-from mha_textclf.tokenizer import resolve_vocab_size
+from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
 
 log = logging.getLogger("train")
 

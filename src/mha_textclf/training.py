@@ -20,8 +20,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from mha_textclf.checkpoint import restore_training_state, save_checkpoint, save_training_state
 from mha_textclf.errors import UserError
+from mha_textclf.runs.checkpoint import restore_training_state, save_checkpoint, save_training_state
 from mha_textclf.settings import TrainerSettings, require_decided
 
 log = logging.getLogger(__name__)

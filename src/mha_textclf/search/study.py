@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shlex
 import time
@@ -22,82 +21,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
-
 from mha_textclf import cli
+from mha_textclf.checks import lookup
 from mha_textclf.errors import UserError
 from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
-from mha_textclf.reports import RunMetrics
-from mha_textclf.settings import SearchSettings, TrainSettings, lookup
+from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.search.space import _optuna, as_override, search_space, suggest
+from mha_textclf.settings import SearchSettings, TrainSettings
 
 log = logging.getLogger(__name__)
 
 
 
-def _optuna():
-    try:
-        import optuna
-    except ImportError as e:
-        raise UserError('python -m search needs Optuna, the `hpo` extra: pip install -e ".[hpo]"') from e
-    return optuna
-
-
-def search_space(params: dict[str, str]) -> dict[str, Any]:
-    """Optuna distributions from Hydra sweep expressions: interval(a,b) -> a float, int(interval(a,b)) -> an int,
-    either on a log scale with tag(log, ...); range(a,b,step) -> an int or float on that grid; choice(...) ->
-    categorical."""
-    optuna = _optuna()
-    parser = OverridesParser.create()
-    space = {}
-    for key, expression in params.items():
-        try:
-            sweep = parser.parse_override(f"{key}={expression}").value()
-        except Exception as e:
-            raise UserError(f"params.{key}={expression!r} is not a sweep expression: use interval(a,b), "
-                            "tag(log,interval(a,b)), range(a,b,step) or choice(a,b,...).") from e
-        if isinstance(sweep, IntervalSweep):
-            log_scale = "log" in sweep.tags
-            if isinstance(sweep.start, int) and isinstance(sweep.end, int):
-                space[key] = optuna.distributions.IntDistribution(sweep.start, sweep.end, log=log_scale)
-            else:
-                space[key] = optuna.distributions.FloatDistribution(sweep.start, sweep.end, log=log_scale)
-        elif isinstance(sweep, RangeSweep):
-            # range's end is exclusive, as in Python: range(8, 33, 4) is 8, 12, ..., 32.
-            last = sweep.start + sweep.step * (math.ceil((sweep.stop - sweep.start) / sweep.step) - 1)
-            if all(isinstance(v, int) for v in (sweep.start, sweep.stop, sweep.step)):
-                space[key] = optuna.distributions.IntDistribution(sweep.start, last, step=sweep.step)
-            else:
-                space[key] = optuna.distributions.FloatDistribution(sweep.start, last, step=sweep.step)
-        elif isinstance(sweep, ChoiceSweep):
-            space[key] = optuna.distributions.CategoricalDistribution(sweep.list)
-        else:
-            raise UserError(f"params.{key}={expression!r} is a single value, not a range; put fixed settings in "
-                            "`train`.")
-    return space
-
-
-def as_override(key: str, value: Any) -> str:
-    """`key=value` as the train command line takes it; repr keeps every digit of a float."""
-    text = str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
-    return f"{key}={text}"
-
-
 class InterruptedStudyError(Exception):
     """A trial stopped by SIGINT/SIGTERM: the study stops, and the same command resumes it."""
-
-
-def suggest(trial, key: str, distribution) -> Any:
-    """The trial's value for `key` from its distribution (Optuna's public suggest_* calls)."""
-    optuna = _optuna()
-    if isinstance(distribution, optuna.distributions.FloatDistribution):
-        return trial.suggest_float(key, distribution.low, distribution.high, log=distribution.log,
-                                   step=distribution.step)
-    if isinstance(distribution, optuna.distributions.IntDistribution):
-        return trial.suggest_int(key, distribution.low, distribution.high, log=distribution.log,
-                                 step=distribution.step)
-    return trial.suggest_categorical(key, distribution.choices)
 
 
 def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[..., RunMetrics]):
@@ -138,7 +76,7 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
             raise optuna.TrialPruned()
         return metrics.val.accuracy
 
-    from mha_textclf.workers import fail_stale_trials
+    from mha_textclf.search.workers import fail_stale_trials
 
     fail_stale_trials(study)  # a killed worker's trial is neither finished nor to be waited for
     finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -167,7 +105,7 @@ def _open_study(settings: SearchSettings, storage_name: str):
     """The study in its storage, created or loaded (by whichever worker comes first); a loaded one must have been
     started with the same space."""
     optuna = _optuna()
-    from mha_textclf.workers import TrialSeededSampler, open_storage
+    from mha_textclf.search.workers import TrialSeededSampler, open_storage
 
     try:
         storage = open_storage(storage_name, settings.heartbeat_seconds)
@@ -212,7 +150,7 @@ def _write_study_reports(study, study_dir: Path) -> None:
     from optuna.exceptions import ExperimentalWarning
     from optuna.visualization import matplotlib as plots
 
-    from mha_textclf.workers import HEARTBEAT
+    from mha_textclf.search.workers import HEARTBEAT
 
     trials = study.get_trials(deepcopy=False)
     states = [t.state for t in trials]

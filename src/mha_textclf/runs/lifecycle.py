@@ -19,7 +19,6 @@ folder.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -33,23 +32,16 @@ from shlex import join
 
 import yaml
 
-from mha_textclf.checkpoint import load_training_state
 from mha_textclf.errors import RunFolderError, UserError
-from mha_textclf.reports import RunMetrics, write_history, write_json
+from mha_textclf.runs.checkpoint import load_training_state
+from mha_textclf.runs.files import RUN_FILES, STATUS, read_status, write_config, write_history, write_json
+from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import ADAPTIVE, CONTINUABLE, TrainSettings, flat, show
 
 log = logging.getLogger("train")
 
-STATUS = "status.json"
+
 RUNNING, INTERRUPTED, FAILED, FINISHED = "running", "interrupted", "failed", "finished"
-# What a run writes here, and so what `overwrite=true` deletes; config.yaml first, so that a kill mid-way leaves a
-# folder that reads as new. Hydra's log (train.log) is appended to, a journal of the folder; anything else in the
-# folder is not ours to delete.
-RUN_FILES = ("config.yaml", STATUS, ".hydra", "history.csv", "metrics.json", "model.pt", "best.pt", "last.pt",
-             "error.txt", "order_probe.json", "tokenizer", "tensorboard", "loss_curve.png", "classification_report_*",
-             "confusion_matrix_*", "attention_*.png")
-
-
 @dataclass
 class Start:
     """What a run does in its folder: `state` is the training state to continue from (None: from scratch);
@@ -72,17 +64,6 @@ def changed_settings(saved: dict, now: dict) -> list[str]:
             and now.get("trainer.schedule") != "constant"):
         changed.append("trainer.epochs")  # a decaying schedule is laid out over the original epochs
     return changed
-
-
-def write_config(run_dir: Path, settings: TrainSettings) -> None:
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
-
-
-def read_status(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / STATUS).read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def mark(run_dir: Path, state: str, **fields) -> None:

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mha_textclf.reports import RunMetrics, write_json
+from mha_textclf.runs.files import write_json
+from mha_textclf.runs.metrics import RunMetrics
 
 JOB_FILE = "job.json"
 SWEEP_FILE = "sweep.json"

@@ -1,0 +1,1 @@
+"""Corpora: loading and splitting them (corpus.py), batching their token ids (batches.py)."""

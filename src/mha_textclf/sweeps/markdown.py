@@ -1,0 +1,289 @@
+"""summary.md: the answer first (each variant over its seeds, then paired comparisons against a reference variant and
+of pe=true against pe=false, with intervals and verdicts), the sweep's own times, every metric by group, one row per
+run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mha_textclf.sweeps.collect import (
+    SECONDS_TO,
+    epoch_seconds,
+    finished,
+    setting_columns,
+    time_columns,
+)
+from mha_textclf.sweeps.compare import RULES, accuracy_verdict, paired_t, speed_ratio, speed_verdict
+from mha_textclf.sweeps.record import JobRecord, SweepRecord
+
+REFERENCE = "efficient"  # what the other variants are compared against, when the sweep has it
+
+
+def summary_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, reference: str = REFERENCE) -> str:
+    parts = ["# Sweep summary", "", _overview(runs), ""]
+    if not groups.empty:
+        for dataset in groups["dataset"].drop_duplicates():
+            parts += answer_markdown(folder, runs, groups, dataset, reference)
+    parts += sweep_markdown(folder, runs)
+    if not groups.empty:
+        readable = _readable_groups(groups, setting_columns(runs))
+        parts += ["## By dataset, model, pe and varying settings: every metric (mean ± std over runs)", "",
+                  markdown_table(readable), ""]
+    parts += ["## Runs", "", markdown_table(_readable_runs(runs)), ""]
+    failed = runs[runs["status"] == "failed"]
+    if not failed.empty:
+        parts += ["## Failed runs", ""] + [f"- `{r.run_dir}`: {r.error}" for r in failed.itertuples()] + [""]
+    return "\n".join(parts)
+
+
+def _overview(runs: pd.DataFrame) -> str:
+    counts = runs["status"].value_counts()
+    states = ", ".join(f"{counts[s]} {s}" for s in ("ok", "interrupted", "failed") if s in counts)
+    return (f"{len(runs)} runs ({states}). The answer first, then the sweep's own times, every metric by group, and "
+            "every run.")
+
+
+def _pm(mean: float, std: float, fmt: str) -> str:
+    """mean ± std; a single run has no spread to report: its value alone, not a misleading "± nan" or "± 0"."""
+    if pd.isna(mean):
+        return ""
+    return f"{mean:{fmt}}" if pd.isna(std) else f"{mean:{fmt}} ± {std:{fmt}}"
+
+
+def _times(ratio: float) -> str:
+    return "" if pd.isna(ratio) else f"{ratio:.2f}×"
+
+
+def _variant_label(row, settings: list[str]) -> dict[str, str]:
+    return {"model": row["model"], "pe": "" if row["pe"] == "None" else row["pe"],
+            **{c: setting_text(row[c]) for c in settings}}
+
+
+def setting_text(value: str) -> str:
+    """A setting as the Markdown tables show it: a number a search drew (0.011587950184865041) to 4 significant
+    digits, anything typed short (3e-3, 0.75, 128, [title, body]) as it is. summary.csv keeps every digit."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value
+    return value if len(str(value)) <= 8 or number.is_integer() else f"{number:.4g}"
+
+
+def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
+                    reference: str = REFERENCE) -> list[str]:
+    """The answer for one dataset: each variant over its runs, then the paired comparisons and their verdicts."""
+    settings = setting_columns(runs)
+    table = groups[groups["dataset"] == dataset].reset_index(drop=True)
+    has_cuda = table["peak_cuda_mb_mean"].notna().any()
+    rows = []
+    for _, g in table.iterrows():
+        rows.append(_variant_label(g, settings) | {
+            "runs": g["runs"], "seeds": g["seeds"],
+            "median epoch s": _pm(g["median_epoch_seconds_mean"], g["median_epoch_seconds_std"], ".2f"),
+            "epoch time vs fastest": _times(g["epoch_time_vs_fastest"]),
+            "tokens/s vs fastest": _times(g["tokens_per_second_vs_fastest"]),
+            "peak RSS in training, MB": _pm(g["peak_rss_mb_mean"], g["peak_rss_mb_std"], ",.0f"),
+            **({"peak CUDA in training, MB": _pm(g["peak_cuda_mb_mean"], g["peak_cuda_mb_std"], ",.0f")}
+               if has_cuda else {}),
+            **{name: _pm(g[f"{metric}_mean"], g[f"{metric}_std"], ".4f") for name, metric in [
+                ("val accuracy", "val_accuracy"), ("test accuracy", "test_accuracy"),
+                ("val macro-F1", "val_macro_f1"), ("test macro-F1", "test_macro_f1")]},
+        })
+    parts = [f"## The answer: {dataset}", "",
+             "Each variant over its runs: mean ± std over the runs (no ± for a single run); `seeds` counts distinct "
+             "seeds, and runs beyond them are repeats of a seed. Epoch time is the median training epoch (validation "
+             "excluded); times and tokens/s are relative to the fastest variant on this dataset.", "",
+             markdown_table(pd.DataFrame(rows)), ""]
+    if (table["runs"] > table["seeds"]).any():
+        parts += ["Some variants ran a seed more than once: their ± is the spread between repeats (timing, "
+                  "non-determinism), not between seeds.", ""]
+    parts += [_memory_note(folder, runs), ""]
+
+    done = finished(runs)
+    done = done[done["dataset"] == dataset]
+    models = list(dict.fromkeys(table.loc[table["pe"] != "None", "model"]))
+    if len(models) > 1:
+        ref = reference if reference in models else _fastest_model(table)
+        why = ("the reference" if ref == reference else
+               f"{reference}, the reference, is not in this sweep, so the fastest variant")
+        rows = []
+        for key, variant in _variants(done, settings):
+            model, pe, *rest = key
+            if model == ref:
+                continue
+            base = _select(done, ref, pe, settings, rest)
+            rows.append(_variant_label({"model": model, "pe": pe, **dict(zip(settings, rest, strict=True))}, settings)
+                        | _paired(folder, variant, base))
+        parts += [f"### Against {ref} ({why}), paired over shared seeds", "",
+                  f"Each row: the variant against {ref} with the same pe and settings; a ratio above 1 means more "
+                  f"seconds per epoch than {ref}.", "", markdown_table(pd.DataFrame(rows)), ""]
+    pe_rows = []
+    for key, variant in _variants(done, settings):
+        model, pe, *rest = key
+        if pe != "True":
+            continue
+        base = _select(done, model, "False", settings, rest)
+        if not base.empty:
+            pe_rows.append(_variant_label({"model": model, "pe": "True vs False",
+                                           **dict(zip(settings, rest, strict=True))}, settings)
+                           | _paired(folder, variant, base))
+    if pe_rows:
+        parts += ["### pe=True against pe=False, paired over shared seeds", "",
+                  markdown_table(pd.DataFrame(pe_rows)), ""]
+    if len(models) > 1 or pe_rows:
+        parts += [f"How to read the comparisons: {RULES}", ""]
+    return parts
+
+
+def _fastest_model(table: pd.DataFrame) -> str:
+    trained = table[table["pe"] != "None"]
+    return trained.sort_values("median_epoch_seconds_mean", na_position="last")["model"].iloc[0]
+
+
+def _variants(done: pd.DataFrame, settings: list[str]):
+    trained = done[done["pe"] != "None"]
+    yield from trained.groupby(["model", "pe", *settings], sort=True, dropna=False)
+
+
+def _select(done: pd.DataFrame, model: str, pe: str, settings: list[str], values: list) -> pd.DataFrame:
+    mask = (done["model"] == model) & (done["pe"] == pe)
+    for column, value in zip(settings, values, strict=True):
+        mask &= done[column] == value
+    return done[mask]
+
+
+def _paired(folder: Path, variant: pd.DataFrame, reference: pd.DataFrame) -> dict[str, str]:
+    """The verdicts of `variant` against `reference` over the seeds both have (a seed's repeats pooled or averaged)."""
+    shared = sorted(set(variant["seed"]) & set(reference["seed"]))
+    if not shared:
+        return {"shared seeds": "0", "epoch time": "no shared seed: nothing to pair", "val accuracy": "",
+                "test accuracy": ""}
+
+    def epochs(runs: pd.DataFrame, seed) -> np.ndarray:  # every epoch of the seed's runs, repeats pooled
+        return np.concatenate([epoch_seconds(folder / d) for d in runs.loc[runs["seed"] == seed, "run_dir"]])
+
+    def accuracy(runs: pd.DataFrame, split: str) -> pd.Series:
+        return runs.groupby("seed")[f"{split}_accuracy"].mean()
+
+    ratio = speed_ratio([(epochs(variant, s), epochs(reference, s)) for s in shared])
+    cells = {"shared seeds": str(len(shared)), "epoch time": speed_verdict(ratio)}
+    for split in ("val", "test"):
+        differences = (accuracy(variant, split) - accuracy(reference, split))[shared]
+        n_articles = float(pd.concat([variant, reference])[f"{split}_samples"].mean())
+        cells[f"{split} accuracy"] = accuracy_verdict(paired_t(differences.tolist()), n_articles)
+    return cells
+
+
+def _memory_note(folder: Path, runs: pd.DataFrame) -> str:
+    """What the memory column measures, and when it cannot be compared across variants."""
+    note = ("Peak RSS is the whole process's resident memory at its highest while training (`stages.fit` in "
+            "metrics.json)")
+    jobs = [JobRecord.read(folder / d) for d in runs["run_dir"]]
+    processes = {(j.host, j.pid) for j in jobs if j is not None}
+    timed = sum(j is not None for j in jobs)
+    if timed > len(processes):
+        return (note + f": here {timed} jobs shared {_processes(len(processes))} (the basic launcher runs every "
+                "job in the sweep's own process), so a later job's peak includes what earlier jobs left behind, and "
+                "it does not compare variants. For that, run each job in a fresh process "
+                "(`hydra/launcher=submitit_local`; joblib reuses its workers), or see `scripts/benchmark.py`.")
+    return note + "."
+
+
+def _processes(n: int) -> str:
+    return "one process" if n == 1 else f"{n} processes"
+
+
+def sweep_markdown(folder: Path, runs: pd.DataFrame) -> list[str]:
+    """The sweep's own times (sweep.json, each job's job.json) beside the training seconds its runs measured."""
+    sweep = SweepRecord.read(folder)
+    records = [JobRecord.read(folder / d) for d in runs["run_dir"]]
+    jobs = [j for j in records if j is not None]
+    if sweep is None and not jobs:
+        return []
+    # The share compares like with like: the training seconds of the runs whose job wall time is known (a single run
+    # summarised beside a sweep has no job.json).
+    train = runs["train_seconds"][[j is not None for j in records]].sum()
+    job_total = sum(j.wall_seconds for j in jobs)
+    lines = ["## The sweep", ""]
+    if sweep is not None:
+        lines.append(f"Wall time {sweep.wall_seconds:,.1f} s from Hydra starting the sweep (after Python's start-up) "
+                     f"to the end of its last job ({len(sweep.jobs)} jobs, {sweep.launcher.rpartition('.')[2]}; "
+                     "`sweep.json` has every job).")
+    else:
+        span = pd.to_datetime([j.ended_at for j in jobs]).max() - pd.to_datetime([j.started_at for j in jobs]).min()
+        lines.append(f"No sweep.json (the sweep did not reach its end, or this folder is not one sweep): its jobs ran "
+                     f"from the first start to the last end in {span.total_seconds():,.1f} s.")
+    lines += ["", f"The jobs' own wall times add up to {job_total:,.1f} s; training passes took {train:,.1f} s of "
+              f"them ({train / job_total:.0%}), the rest went to loading data, the tokenizer, validation, reports "
+              f"and probes. Each job's wall time is the `job s` column of the runs table, beside `train s`.", ""]
+    return lines
+
+
+def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
+    def pm(metric: str, fmt: str) -> pd.Series:
+        return pd.Series([_pm(m, s, fmt) for m, s in zip(groups[f"{metric}_mean"], groups[f"{metric}_std"],
+                                                           strict=True)])
+
+    def reached(column: str) -> pd.Series:
+        # A baseline has no epochs, so no time to an accuracy: blank, not "not reached".
+        text, counts = pm(column, ".1f"), groups[f"{column}_count"]
+        return pd.Series(["" if epochs == 0 else "not reached" if k == 0 else
+                          text[i] + ("" if k == runs else f" ({k} of {runs} runs)")
+                          for i, (k, runs, epochs) in enumerate(zip(counts, groups["runs"], groups["epochs_max"],
+                                                                    strict=True))])
+
+    levels = [c.removesuffix("_count") for c in groups.columns if c.startswith(SECONDS_TO) and c.endswith("_count")]
+    times = {f"s to val acc {c.removeprefix(SECONDS_TO)}": reached(c) for c in levels}
+    settings = {c: groups[c].map(setting_text) for c in settings}
+    return pd.DataFrame({
+        "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"].replace("None", ""), **settings,
+        "runs": groups["runs"], "seeds": groups["seeds"],
+        "val accuracy": pm("val_accuracy", ".4f"), "test accuracy": pm("test_accuracy", ".4f"),
+        "val macro-F1": pm("val_macro_f1", ".4f"), "test macro-F1": pm("test_macro_f1", ".4f"),
+        "train s": pm("train_seconds", ".1f"),
+        **({"job s": pm("job_seconds", ".1f")} if groups["job_seconds_mean"].notna().any() else {}),
+        "median epoch s": pm("median_epoch_seconds", ".2f"),
+        "epoch time vs fastest": groups["epoch_time_vs_fastest"].map(_times),
+        **times,
+    })
+
+
+def _readable_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    shown = runs.drop(columns=["error", "val_samples", "test_samples"]).copy()
+    if shown["peak_cuda_mb"].isna().all():
+        shown = shown.drop(columns=["peak_cuda_mb"])
+    if shown["job_seconds"].isna().all():
+        shown = shown.drop(columns=["job_seconds"])
+
+    def fmt(spec: str):
+        return lambda v: "" if pd.isna(v) else f"{v:{spec}}"
+
+    for column in ("val_accuracy", "val_macro_f1", "test_accuracy", "test_macro_f1"):
+        shown[column] = shown[column].map(fmt(".4f"))
+    for column in ("train_seconds", "job_seconds", "median_epoch_seconds", *time_columns(runs)):
+        if column in shown:
+            shown[column] = shown[column].map(fmt(".1f"))
+    for column in ("tokens_per_second", "peak_rss_mb", "peak_cuda_mb"):
+        if column in shown:
+            shown[column] = shown[column].map(fmt(",.0f"))
+    shown["pe"] = shown["pe"].map(lambda v: "" if v is None or pd.isna(v) else str(v))
+    for column in setting_columns(runs):
+        shown[column] = shown[column].map(setting_text)
+    return shown.rename(columns={
+        "val_accuracy": "val accuracy", "val_macro_f1": "val macro-F1", "test_accuracy": "test accuracy",
+        "test_macro_f1": "test macro-F1", "train_seconds": "train s", "job_seconds": "job s",
+        "median_epoch_seconds": "median epoch s", "tokens_per_second": "tokens/s", "peak_rss_mb": "peak RSS MB",
+        "peak_cuda_mb": "peak CUDA MB", "run_dir": "run folder",
+    } | {c: f"s to val acc {c.removeprefix(SECONDS_TO)}" for c in time_columns(runs)})
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (pandas' to_markdown would need the tabulate package for this alone)."""
+    cells = [[str(c) for c in frame.columns]] + [["" if pd.isna(v) else str(v) for v in row]
+                                                 for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(row) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("---" for _ in frame.columns) + "|")
+    return "\n".join(lines)
