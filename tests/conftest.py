@@ -237,19 +237,27 @@ def smoke_run(data_dir, tmp_path_factory) -> TrainedRun:
     The figures it saved are kept as objects, so that a test reads what a plot draws (its lines, its cells), not
     its pixels.
     """
-    from matplotlib.figure import Figure
-
     run_dir = tmp_path_factory.mktemp("smoke-run")
-    figures, real_savefig = {}, Figure.savefig
-
-    def savefig(figure, fname, *args, **kwargs):
-        figures[Path(fname).name] = figure
-        return real_savefig(figure, fname, *args, **kwargs)
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Figure, "savefig", savefig)
+        figures = capture_figures(patch)
         metrics = train_in_process(run_dir, "model=efficient", "pe=true", "experiment=smoke", data_dir=data_dir)
     return TrainedRun(run_dir, metrics, figures)
+
+
+def capture_figures(patch: pytest.MonkeyPatch, write: bool = True) -> dict:
+    """Every figure written from now on (through runs/files.write_figure, as all of them are), by its file name; with
+    `write=False` drawn but not saved (its pixels take most of a second)."""
+    from mha_textclf.runs import files
+
+    figures, real = {}, files.write_figure
+
+    def write_figure(path, figure, **savefig):
+        figures[Path(path).name] = figure
+        if write:
+            real(path, figure, **savefig)
+
+    patch.setattr(files, "write_figure", write_figure)
+    return figures
 
 
 def run_split(run_dir: Path, split: str):

@@ -3,7 +3,6 @@ and a run folder that the summaries table next to the attention runs."""
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import commands
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 import yaml
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from conftest import REPO, settings_for, write_jsonl
+from conftest import REPO, capture_figures, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline, tfidf_baseline
 from mha_textclf.data.corpus import load_corpus
 from mha_textclf.runs.metrics import RunMetrics
@@ -54,9 +53,7 @@ def test_wordpiece_features_read_as_far_as_a_max_length_beyond_512(tmp_path, mon
     (`features=wordpiece data.max_length=1024`). The class word comes after 600 words of filler: the wordpiece
     baseline cut at 512 tokens sees no difference between the classes, cut at 1024 it does. (The confusion matrices
     are drawn but not saved: their pixels take most of a second here, and other tests read them.)"""
-    from matplotlib.figure import Figure
-
-    monkeypatch.setattr(Figure, "savefig", lambda *args, **kwargs: None)
+    capture_figures(monkeypatch, write=False)
     def rows(n):
         return [{"text": " ".join(["same"] * 600 + [colour, f"note{i}"]), "label": colour}
                 for colour in ("red", "blue") for i in range(n)]
@@ -78,16 +75,9 @@ def test_the_baseline_s_reports_and_confusion_matrices_are_scikit_learns_on_the_
     the dataset", true classes down) and metrics.json's schema (`train_samples`: the training split's texts). Each
     text names its class's colour, which word features find; in the test split three texts carry another class's
     label, so that the confusions go one way and a report of predictions against labels would show."""
-    from matplotlib.figure import Figure
     from sklearn.metrics import classification_report, confusion_matrix
 
-    drawn, real_savefig = {}, Figure.savefig
-
-    def savefig(figure, fname, *args, **kwargs):
-        drawn[Path(fname).name] = figure
-        return real_savefig(figure, fname, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
+    drawn = capture_figures(monkeypatch)
     colours = ("red", "blue", "green")
     train = [{"text": f"{colour} note{i % 5}", "label": colour} for colour in colours for i in range(12)]
     test = [{"text": f"{colour} note{i}", "label": colour} for colour in colours for i in range(4)]

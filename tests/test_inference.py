@@ -3,14 +3,13 @@
 import json
 import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from conftest import logits_one_by_one, run_cli, run_train, settings_for, train_in_process
+from conftest import capture_figures, logits_one_by_one, run_cli, run_train, settings_for, train_in_process
 from mha_textclf.errors import UserError
 from mha_textclf.inference import attention_map, load_run, predict, predict_proba
 from mha_textclf.reports import slug
@@ -279,12 +278,9 @@ def test_a_model_trained_on_gpu_predicts_on_cpu(data_dir, tmp_path):
 def test_every_attention_probe_gets_its_heatmap_and_the_order_probe_its_texts(smoke_run, tmp_path, monkeypatch):
     """docs/predict.md: attention_<slug>.png for each sentence in probes.attention, and order_probe.json for the texts
     of probes.order, from the run's model (here the shared run's, written into a folder of this test's own)."""
-    from matplotlib.figure import Figure
-
     from mha_textclf.pipeline import write_probes
 
-    drawn = {}
-    monkeypatch.setattr(Figure, "savefig", lambda figure, fname, *a, **k: drawn.__setitem__(Path(fname).name, figure))
+    drawn = capture_figures(monkeypatch, write=False)
     sentences = ["The striker scored!", "the minister said no"]
     order = ["the striker scored", "scored the striker", "striker the scored"]
     settings = settings_for(f"probes.attention={json.dumps(sentences)}", f"probes.order={json.dumps(order)}")

@@ -37,14 +37,14 @@ def rows(run_dir):
 
 def interrupt_after_epoch(epochs: int, monkeypatch) -> None:
     """Send this process SIGINT as soon as `epochs` epochs are in history.csv (as Ctrl-C would)."""
-    real = train_module.append_history
+    real = files.append_history
 
     def append_then_interrupt(path, row):
         real(path, row)
         if row["epoch"] == epochs:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(train_module, "append_history", append_then_interrupt)
+    monkeypatch.setattr(files, "append_history", append_then_interrupt)
 
 
 @pytest.mark.slow

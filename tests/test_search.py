@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO, load_script, optional, settings_for
+from conftest import REPO, capture_figures, load_script, optional, settings_for
 from mha_textclf import pipeline as train_module
 from mha_textclf.errors import UserError
 from mha_textclf.runs.metrics import RunMetrics
@@ -384,17 +384,9 @@ def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_
     """docs/search.md: optimization_history.png shows the complete trials' validation accuracy against the trial
     number and the best so far; param_importances.png a bar per parameter of the space, Optuna's importance evaluator
     over the complete trials. Read from the figures the study saved, against the study in its storage."""
-    from matplotlib.figure import Figure
-
     from mha_textclf.search.study import run_search
 
-    figures, real_savefig = {}, Figure.savefig
-
-    def savefig(figure, fname, *args, **kwargs):  # written as .<name>.png.<pid>.tmp, then renamed
-        figures[Path(fname).name.split(".")[1]] = figure
-        return real_savefig(figure, fname, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
+    figures = capture_figures(monkeypatch)
 
     def losses(overrides):  # the learning rate decides the accuracy, the weight decay barely
         values = dict(o.split("=") for o in overrides)
@@ -405,7 +397,7 @@ def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_
     study = run_search(settings, tmp_path / "study", fake_trainer(losses))
     assert {p.name for p in (tmp_path / "study").glob("*.png")} == {"optimization_history.png",
                                                                    "param_importances.png"}
-    (history,) = figures["optimization_history"].axes
+    (history,) = figures["optimization_history.png"].axes
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     numbers, values = [t.number for t in complete], [t.value for t in complete]
     assert len(complete) == 6
@@ -413,7 +405,7 @@ def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_
     assert list(points[:, 0]) == numbers and list(points[:, 1]) == pytest.approx(values)
     (best,) = [line for line in history.lines if line.get_label() == "Best Value"]
     assert list(best.get_ydata()) == pytest.approx([max(values[: i + 1]) for i in range(len(values))])
-    (importances,) = figures["param_importances"].axes
+    (importances,) = figures["param_importances.png"].axes
     bars = {label.get_text(): bar.get_width()
             for label, bar in zip(importances.get_yticklabels(), importances.patches, strict=True)}
     assert bars == pytest.approx(optuna.importance.get_param_importances(study))
@@ -491,6 +483,7 @@ def test_each_report_file_is_written_whole_under_a_temporary_name_then_renamed_i
     from optuna.distributions import FloatDistribution
     from optuna.visualization import matplotlib as plots
 
+    from mha_textclf.runs import files
     from mha_textclf.search import study as tuning
 
     for plot in ("plot_optimization_history", "plot_param_importances"):  # (drawing: read elsewhere)
@@ -507,7 +500,7 @@ def test_each_report_file_is_written_whole_under_a_temporary_name_then_renamed_i
         renames[Path(dst).name] = (Path(src), Path(src).read_bytes())
         return real_replace(src, dst)
 
-    monkeypatch.setattr(tuning.os, "replace", replace)
+    monkeypatch.setattr(files.os, "replace", replace)
     tuning.write_study_reports(study, study_dir)
     assert set(renames) == {"best.json", "trials.csv"}
     for name, (src, content) in renames.items():

@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from scipy import stats
 
-from conftest import REPO, compose_config, fingerprint, load_script, require, run_train, write_jsonl
+from conftest import REPO, capture_figures, compose_config, fingerprint, load_script, require, run_train, write_jsonl
 from mha_textclf.runs import files
 from mha_textclf.runs.files import write_history
 from mha_textclf.runs.metrics import RunMetrics, SplitMetrics
@@ -705,17 +705,9 @@ def test_summarize_writes_the_summary_and_each_plot_into_the_folder_and_no_sweep
     """docs/comparing.md: `python scripts/summarize.py <folder>` writes the same as the sweep's hook (summary.md,
     summary.csv, accuracy_vs_time.png, memory.png, loss_curves.png) "except sweep.json, which only the sweep itself
     can measure": each plot into its own file, read back as a PNG."""
-    from matplotlib.figure import Figure
-
     for seed in (0, 1):
         fake_run(tmp_path / f"{seed}_run", seed=seed, stages={"fit": {"peak_memory_mb": 600.0}})
-    saved, real_savefig = {}, Figure.savefig
-
-    def savefig(figure, fname, *args, **kwargs):
-        saved[Path(fname).name] = figure
-        return real_savefig(figure, fname, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
+    saved = capture_figures(monkeypatch)
     assert load_script("summarize").main([str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
         "accuracy_vs_time.png", "loss_curves.png", "memory.png", "summary.csv", "summary.md"]

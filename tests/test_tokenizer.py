@@ -97,7 +97,7 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
     settings = TokenizerSettings(vocab_size=500, cache_dir=str(tmp_path))
     first = cache.get_tokenizer(texts, settings, max_length=64)
     entries = sorted(p.name for p in tmp_path.iterdir())
-    assert len(entries) == 1 and not entries[0].startswith(".tmp")
+    assert len(entries) == 1 and not entries[0].startswith(".")
 
     def no_training(*args, **kwargs):
         raise AssertionError("the cached tokenizer should have been reused")
@@ -263,7 +263,7 @@ def test_fresh_processes_learn_the_same_files_and_build_one_cache_entry_safely(t
     assert files == other_files
     assert size == other_size == 300
     entries = os.listdir(tmp_path / "shared")
-    assert len(entries) == 1 and not entries[0].startswith(".tmp")
+    assert len(entries) == 1 and not entries[0].startswith(".")
     assert len(cache.load_tokenizer(tmp_path / "shared" / entries[0], 64)) == 300
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import yaml
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss
@@ -21,6 +20,7 @@ from sklearn.svm import LinearSVC
 
 from mha_textclf.data.corpus import Corpus, load_corpus
 from mha_textclf.reports import split_report
+from mha_textclf.runs import files
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import BaselineSettings
 from mha_textclf.tokenizer.cache import get_tokenizer
@@ -53,7 +53,7 @@ def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
                  if settings.features == "wordpiece" else None)
     result = tfidf_baseline(corpus, settings.features, tokenizer, settings.data.max_length, settings.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(settings), sort_keys=False))
+    files.write_config(run_dir, settings)
     name = f"tfidf-{settings.features}"
     splits = {split: split_report(run_dir, split, getattr(corpus, split).labels, result.predictions[split],
                                   result.losses[split], corpus.class_names, f"{name} on {corpus.name}")
@@ -65,7 +65,7 @@ def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
                          stopped_early=False, interrupted_by=None, tokens_per_second=None,
                          vocab_size=len(tokenizer) if tokenizer is not None else None, device="cpu", threads=1,
                          adapted=adapted)
-    metrics.write(run_dir / "metrics.json")
+    metrics.write(run_dir / files.METRICS)
     log.info(f"{name} seed {settings.seed} on {corpus.name}: val accuracy {metrics.val.accuracy:.4f}  test accuracy "
              f"{metrics.test.accuracy:.4f}  ({result.train_seconds:.1f}s)  ->  {run_dir}")
     return metrics

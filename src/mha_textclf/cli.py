@@ -29,6 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from mha_textclf import checks
 from mha_textclf import settings as schema
 from mha_textclf.errors import RunFolderError, UserError
+from mha_textclf.runs import files
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings,
@@ -274,15 +275,15 @@ def run_job(job: Callable[[Path, Callable[[], None]], T], cfg: DictConfig | None
         nonlocal claimed
         claimed = True
         if cfg is not None:
-            (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
-            OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
-            OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), run_dir / ".hydra" / "hydra.yaml")
-            OmegaConf.save(hydra_cfg.overrides.task, run_dir / ".hydra" / "overrides.yaml")
+            (run_dir / files.HYDRA).mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(cfg, run_dir / files.HYDRA / "config.yaml")
+            OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), run_dir / files.HYDRA / "hydra.yaml")
+            OmegaConf.save(hydra_cfg.overrides.task, run_dir / files.HYDRA / "overrides.yaml")
 
     def record_failure(message: str) -> None:
-        if claimed or not (run_dir / "config.yaml").exists():  # never into a folder that holds another run
+        if claimed or not (run_dir / files.CONFIG).exists():  # never into a folder that holds another run
             record()
-            (run_dir / "error.txt").write_text(message + "\n")
+            files.write_text(run_dir / files.ERROR, message + "\n")
 
     try:
         return job(run_dir, record)

@@ -13,6 +13,7 @@ import torch
 from mha_textclf.data.batches import collate
 from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
+from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_checkpoint
 from mha_textclf.settings import PredictSettings
 from mha_textclf.tokenizer.cache import load_tokenizer
@@ -34,8 +35,8 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run_dir={run_dir} is not a folder; pass a run folder such as outputs/runs/<run>.")
-    model, class_names = load_checkpoint(run_dir / "model.pt", device)
-    tokenizer = load_tokenizer(run_dir / "tokenizer", model.config.max_length)
+    model, class_names = load_checkpoint(run_dir / files.MODEL, device)
+    tokenizer = load_tokenizer(run_dir / files.TOKENIZER, model.config.max_length)
     if len(tokenizer) != model.config.vocab_size:
         raise UserError(f"{run_dir / 'tokenizer'} has {len(tokenizer)} tokens but {run_dir / 'model.pt'} was trained "
                         f"with {model.config.vocab_size}; the two files come from different runs.")

@@ -31,7 +31,6 @@ from mha_textclf.reports import plot_attention, plot_loss_curve, slug, split_rep
 from mha_textclf.resolve import Resolved
 from mha_textclf.runs import files, lifecycle
 from mha_textclf.runs.checkpoint import save_checkpoint
-from mha_textclf.runs.files import append_history, write_json
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import TokenizerSettings, TrainSettings, flat, show
 from mha_textclf.tokenizer.cache import get_tokenizer, load_tokenizer
@@ -154,7 +153,7 @@ def _fit_and_report(prepared: Prepared, run_dir: Path, state: dict | None, overr
                if settings.trainer.class_weights == "balanced" else None)
 
     def epoch_done(row: dict) -> bool | None:
-        append_history(run_dir / "history.csv", row)
+        files.append_history(run_dir / files.HISTORY, row)
         trackers.log({"val/loss": row["val_loss"], "val/accuracy": row["val_accuracy"],
                       "train/epoch_loss": row["train_loss"], "time/train_seconds": row["train_seconds"],
                       "time/eval_seconds": row["eval_seconds"]}, step=row["epoch"])
@@ -163,18 +162,18 @@ def _fit_and_report(prepared: Prepared, run_dir: Path, state: dict | None, overr
     with StopOnSignal() as stop:
         with stage("fit"):
             result = fit(model, loaders["train"], loaders["val"], settings.trainer, device, stop=stop,
-                         state_path=run_dir / "last.pt", best_path=run_dir / "best.pt",
+                         state_path=run_dir / files.LAST, best_path=run_dir / files.BEST,
                          class_names=corpus.class_names, class_weights=weights, resume_state=state,
                          metadata=metadata, on_epoch_end=epoch_done,
                          on_step=lambda step, values: trackers.log(
                              {"train/loss": values["loss"], "train/lr": values["lr"]}, step))
         with stage("reports"):
-            save_checkpoint(run_dir / "model.pt", model, corpus.class_names)
+            save_checkpoint(run_dir / files.MODEL, model, corpus.class_names)
             metrics = write_reports(settings, run_dir, model, corpus, loaders, result, device, stop, weights,
                                     stage.record, unk_rate, prepared.resolved.adapted)
             write_probes(settings, run_dir, model, tokenizer, corpus.class_names)
     metrics.stages = stage.record  # now with the reports' own stage
-    metrics.write(run_dir / "metrics.json")
+    metrics.write(run_dir / files.METRICS)
     trackers.finish(final_values(metrics), run_dir, "KILLED" if metrics.interrupted_by else "FINISHED")
 
     status = f"INTERRUPTED by {metrics.interrupted_by} after epoch {metrics.epochs}, " if metrics.interrupted_by else ""
@@ -236,16 +235,16 @@ def prepare_tokenizer(settings: TrainSettings, tokenizer_settings: TokenizerSett
     run folder. A continued run keeps the tokenizer it was trained with, whatever the cache holds now (in place, it is
     already in the folder: not written again, so a kill cannot leave it half-written)."""
     if in_place:
-        return load_tokenizer(run_dir / "tokenizer", settings.data.max_length)
+        return load_tokenizer(run_dir / files.TOKENIZER, settings.data.max_length)
     if state:
-        tokenizer = load_tokenizer(Path(settings.resume).expanduser() / "tokenizer", settings.data.max_length)
+        tokenizer = load_tokenizer(Path(settings.resume).expanduser() / files.TOKENIZER, settings.data.max_length)
     else:
         # A copy: encoding leaves its truncation settings on the tokenizer, and they would reach the next run's
         # tokenizer.json. Keyed by the settings as given: a size left null is decided from what the key holds.
         tokenizer = copy.deepcopy((inputs or InputCache()).get("tokenizer", settings, lambda: get_tokenizer(
             corpus.train.texts, tokenizer_settings, settings.data.max_length)))
     if run_dir is not None:
-        tokenizer.save_pretrained(run_dir / "tokenizer")
+        tokenizer.save_pretrained(run_dir / files.TOKENIZER)
     return tokenizer
 
 
@@ -297,7 +296,7 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
     history = result.history
     if history:
         figure = plot_loss_curve(history, title=_title(settings), reported_epoch=result.reported_epoch)
-        figure.savefig(run_dir / "loss_curve.png", dpi=120)
+        files.write_figure(run_dir / files.LOSS_CURVE, figure, dpi=120)
     splits = {}
     source = f"{settings.model.attention}, pe={settings.pe} on {corpus.name}"
     for split in ("val", "test"):
@@ -317,7 +316,7 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),
         stages=dict(stage_record or {}), unk_rate=dict(unk_rate or {}),
         adapted=dict(adapted or {}))
-    metrics.write(run_dir / "metrics.json")
+    metrics.write(run_dir / files.METRICS)
     return metrics
 
 
@@ -327,8 +326,8 @@ def write_probes(settings: TrainSettings, run_dir: Path, model: TextClassifier, 
     for text in settings.probes.attention:
         tokens, weights = attention_map(model, tokenizer, text)
         figure = plot_attention(tokens, weights, title=f"{_title(settings)}: {text!r}")
-        figure.savefig(run_dir / f"attention_{slug(text)}.png")
+        files.write_figure(run_dir / files.attention_map(slug(text)), figure)
     if settings.probes.order:
         probe = order_probe(model, tokenizer, class_names, settings.probes.order)
-        write_json(run_dir / "order_probe.json", probe)
+        files.write_json(run_dir / files.ORDER_PROBE, probe)
         log.info(f"order probe {probe['texts']}: max |Δp| = {probe['max_abs_difference']:.3g}")

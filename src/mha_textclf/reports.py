@@ -13,6 +13,7 @@ from matplotlib.figure import Figure  # the object API: no pyplot global state, 
 from matplotlib.ticker import MaxNLocator
 from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classification_report, f1_score
 
+from mha_textclf.runs import files
 from mha_textclf.runs.metrics import SplitMetrics
 
 
@@ -31,12 +32,13 @@ def split_report(run_dir: Path, split: str, labels: list[int], predictions: list
     """
     ids = list(range(len(class_names)))  # every class listed, even one absent from a small split
     kwargs = {"labels": ids, "target_names": class_names, "zero_division": 0, "digits": 4}
-    (run_dir / f"classification_report_{split}.txt").write_text(classification_report(labels, predictions, **kwargs))
+    files.write_text(run_dir / files.classification_report(split, "txt"),
+                     classification_report(labels, predictions, **kwargs))
     report = classification_report(labels, predictions, output_dict=True, **kwargs)
-    (run_dir / f"classification_report_{split}.json").write_text(json.dumps(report, indent=2))
+    files.write_text(run_dir / files.classification_report(split, "json"), json.dumps(report, indent=2))
     figure = plot_confusion_matrix(labels, predictions, class_names,
                                    title=f"{source}: {split} ({len(labels)} texts)".removeprefix(": "))
-    figure.savefig(run_dir / f"confusion_matrix_{split}.png", dpi=120)
+    files.write_figure(run_dir / files.confusion_matrix(split), figure, dpi=120)
     return SplitMetrics(accuracy=float(accuracy_score(labels, predictions)),
                         macro_f1=float(f1_score(labels, predictions, labels=ids, average="macro", zero_division=0)),
                         loss=loss, n_samples=len(labels))

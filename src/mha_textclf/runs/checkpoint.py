@@ -7,7 +7,6 @@ checkpoint file is ever executed.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import torch
 
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
+from mha_textclf.runs.files import write_atomically
 
 # Bumped whenever the same file would mean something else: /2 (and state /3) scale the embeddings by √d_model;
 # state /4 times training and validation apart in its history.
@@ -23,16 +23,8 @@ TRAINING_STATE_FORMAT = "mha-textclf-training-state/4"
 
 
 def atomic_save(obj: dict, path: Path) -> None:
-    """`torch.save` to a temporary name, then rename over `path`: readers see the old file or the new, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tmp.open("wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """`torch.save`, whole or not at all (runs/files.py): readers see the old file or the new, never half."""
+    write_atomically(path, lambda tmp: torch.save(obj, tmp))
 
 
 def _load(path: Path, device, what: str) -> dict:

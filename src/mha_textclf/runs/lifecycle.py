@@ -25,23 +25,24 @@ import shutil
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from shlex import join
 
-import yaml
-
 from mha_textclf.errors import RunFolderError, UserError
+from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_training_state
-from mha_textclf.runs.files import RUN_FILES, STATUS, read_status, write_config, write_history, write_json
-from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.runs.files import read_status
+from mha_textclf.runs.metrics import RunMetrics, read_metrics
 from mha_textclf.settings import ADAPTIVE, CONTINUABLE, TrainSettings, flat, show
 
 log = logging.getLogger("train")
 
 
 RUNNING, INTERRUPTED, FAILED, FINISHED = "running", "interrupted", "failed", "finished"
+
+
 @dataclass
 class Start:
     """What a run does in its folder: `state` is the training state to continue from (None: from scratch);
@@ -69,7 +70,7 @@ def changed_settings(saved: dict, now: dict) -> list[str]:
 def mark(run_dir: Path, state: str, **fields) -> None:
     """Record the folder's state (atomically: a kill mid-write leaves the previous status)."""
     status = read_status(run_dir) | {"state": state, "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | fields
-    write_json(run_dir / STATUS, status)
+    files.write_json(run_dir / files.STATUS, status)
 
 
 def folder_state(run_dir: Path) -> str | None:
@@ -92,12 +93,13 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
     with _lock(run_dir):
         start = _plan(run_dir, settings, overrides)
         if start.finished is None:
+            files.remove_temporaries(run_dir)  # a write a kill cut short; nothing else writes here now
             if start.state is None or not start.in_place:
                 _clear(run_dir, settings)  # a fresh start, or a continuation of another folder: nothing stale stays
-            write_config(run_dir, settings)
+            files.write_config(run_dir, settings)
             if start.state is not None:  # history.csv tells the whole story up to the state continued from
-                write_history(run_dir / "history.csv", start.state["history"])
-            (run_dir / "error.txt").unlink(missing_ok=True)
+                files.write_history(run_dir / files.HISTORY, start.state["history"])
+            (run_dir / files.ERROR).unlink(missing_ok=True)
             mark(run_dir, RUNNING, attempt=start.attempt, pid=os.getpid(), host=socket.gethostname(),
                  launch=launch_id(), message=None, interrupted_by=None,
                  started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=len(start.state["history"])
@@ -108,25 +110,25 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
 def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Start:
     status = read_status(run_dir)
     attempt = status.get("attempt", 0) + 1
-    has_run = (run_dir / "config.yaml").is_file()
+    has_run = (run_dir / files.CONFIG).is_file()
     resumes_itself = settings.resume is not None and Path(settings.resume).expanduser().resolve() == run_dir.resolve()
     if settings.overwrite and resumes_itself:
         raise RunFolderError(f"overwrite=true would delete what resume={settings.resume} continues; drop one of them.")
     # A requeued Slurm job runs its command again, overwrite=true included: it continues what its first start began.
     overwrite = settings.overwrite and not (launch_id() and status.get("launch") == launch_id())
     if has_run and not overwrite:
-        saved, now = flat(yaml.safe_load((run_dir / "config.yaml").read_text())), flat(asdict(settings))
+        saved, now = flat(files.read_config(run_dir) or {}), flat(asdict(settings))
         changed = changed_settings(saved, now)
         if changed:
             raise RunFolderError(
                 f"{run_dir} holds a run with other training settings ({differences(saved, now, changed, 'there')}); "
                 "nothing was changed. Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for "
                 "a sweep), or start afresh in this one with overwrite=true (its results are deleted).")
-        last = run_dir / "last.pt"
-        if status.get("state") == FINISHED and (run_dir / "metrics.json").is_file() and (
+        last = run_dir / files.LAST
+        if status.get("state") == FINISHED and (run_dir / files.METRICS).is_file() and (
                 not last.is_file() or settings.trainer.epochs in (None, saved.get("trainer.epochs"))):
             log.info(f"{run_dir} already holds this run, finished: nothing to train (overwrite=true trains it again)")
-            return Start(finished=RunMetrics.read(run_dir / "metrics.json"), attempt=attempt - 1)
+            return Start(finished=read_metrics(run_dir), attempt=attempt - 1)
         if last.is_file():
             state = _load_state(last, f"continue the run in {run_dir}")
             _check_epochs(state, settings)
@@ -170,7 +172,7 @@ def _load_state(path: Path, what: str) -> dict:
 def resume_state(settings: TrainSettings) -> dict:
     """The training state of another run folder (`resume=`), after checking that this run asks for the same
     training; the message of a refusal is the command that resumes it."""
-    state = load_training_state(Path(settings.resume).expanduser() / "last.pt")
+    state = load_training_state(Path(settings.resume).expanduser() / files.LAST)
     saved, now = flat(state["metadata"]["config"]), flat(asdict(settings))
     changed = changed_settings(saved, now)
     if changed:
@@ -189,13 +191,14 @@ def resume_state(settings: TrainSettings) -> dict:
 def _clear(run_dir: Path, settings: TrainSettings) -> None:
     # TensorBoard's folder is a setting (logger.tensorboard.subdir): the one this run writes, and the one the run it
     # replaces wrote, go too; only a folder below run_dir, never run_dir itself or one outside it.
-    previous = None
-    with suppress(OSError, yaml.YAMLError, KeyError, TypeError):  # no run here, or one killed writing its config
-        previous = yaml.safe_load((run_dir / "config.yaml").read_text())["logger"]["tensorboard"]["subdir"]
+    try:
+        previous = (files.read_config(run_dir) or {})["logger"]["tensorboard"]["subdir"]
+    except (KeyError, TypeError):  # no run here, or one killed writing its config
+        previous = None
     event_dirs = {settings.logger.tensorboard.subdir, previous}
     event_dirs = [d for d in event_dirs if isinstance(d, str) and d.strip(". /") and ".." not in Path(d).parts
                   and not Path(d).is_absolute()]
-    for pattern in (*RUN_FILES, *event_dirs):
+    for pattern in (*files.RUN_FILES, *event_dirs):
         for path in run_dir.glob(pattern):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
@@ -204,7 +207,7 @@ def _clear(run_dir: Path, settings: TrainSettings) -> None:
 def _lock(run_dir: Path) -> Iterator[None]:
     # flock, not a lock file's existence: the kernel releases it when the holder dies, so a SIGKILLed or preempted
     # run never leaves the folder locked.
-    with (run_dir / ".lock").open("a") as f:
+    with (run_dir / files.LOCK).open("a") as f:
         for wait in (0.1, 0.3, 1.0, None):  # a reader's brief probe (_locked) is no reason to refuse
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -224,9 +227,9 @@ def _lock(run_dir: Path) -> Iterator[None]:
 
 
 def _locked(run_dir: Path) -> bool:
-    if not (run_dir / ".lock").exists():
+    if not (run_dir / files.LOCK).exists():
         return False
-    with (run_dir / ".lock").open("a") as f:
+    with (run_dir / files.LOCK).open("a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from mha_textclf.runs.files import write_json
+from mha_textclf.runs.files import METRICS, write_json
 
 METRICS_FORMAT = "mha-textclf-metrics/2"  # /2: dataset, splits, train_samples, stages, time_to_accuracy
 
@@ -87,3 +87,9 @@ def library_versions() -> dict[str, str]:
         except PackageNotFoundError:
             versions[name] = "not installed"
     return versions
+
+
+def read_metrics(run_dir: Path) -> RunMetrics:
+    """A run folder's metrics.json (OSError where there is none; ValueError, TypeError or KeyError where it is not
+    one this version reads)."""
+    return RunMetrics.read(Path(run_dir) / METRICS)

@@ -11,21 +11,19 @@ any number of processes started with that command (workers: terminals, Slurm arr
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shlex
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from mha_textclf import cli
 from mha_textclf.checks import lookup
 from mha_textclf.errors import UserError
 from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
+from mha_textclf.runs import files
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.search.space import _optuna, as_override, search_space, suggest
 from mha_textclf.settings import SearchSettings, TrainSettings
@@ -168,10 +166,10 @@ def _write_study_reports(study, study_dir: Path) -> None:
                # From the first trial's start to the last one's end, whatever the workers (and any pause between).
                "study_seconds": round((max(finished) - min(t.datetime_start for t in trials if t.datetime_start))
                                       .total_seconds(), 1)}
-    _replace(study_dir / "best.json", lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+    files.write_json(study_dir / "best.json", summary)
     table = study.trials_dataframe()
     table = table.drop(columns=[f"system_attrs_{HEARTBEAT}"], errors="ignore")  # a liveness clock, not a result
-    _replace(study_dir / "trials.csv", lambda path: table.to_csv(path, index=False))
+    files.write_atomically(study_dir / "trials.csv", lambda path: table.to_csv(path, index=False))
     for name, plot in (("optimization_history", plots.plot_optimization_history),
                        ("param_importances", plots.plot_param_importances)):
         try:
@@ -183,18 +181,10 @@ def _write_study_reports(study, study_dir: Path) -> None:
             continue
         figure = axes.figure
         figure.set_size_inches(8, 5)
-        _replace(study_dir / f"{name}.png",
-                 lambda path, figure=figure: figure.savefig(path, format="png", dpi=110, bbox_inches="tight"))
+        files.write_figure(study_dir / f"{name}.png", figure, dpi=110, bbox_inches="tight")
         plt.close(figure)
     log.info(f"best trial {best.number}: val accuracy {best.value:.4f} with {best.params}\n"
              f"reproduce it: {best.user_attrs.get('command')}\ntrials: {counts}")
-
-
-def _replace(path: Path, write: Callable[[Path], Any]) -> None:
-    """`write(temporary path)`, then rename it to `path`: a reader sees the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def search(settings: SearchSettings, study_dir: Path):
@@ -210,7 +200,7 @@ def search(settings: SearchSettings, study_dir: Path):
 
     def train_trial(overrides: list[str], run_dir: Path, on_epoch_end):
         run_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(run_dir / "train.log")  # each trial's folder has its log, as a run's has
+        handler = logging.FileHandler(run_dir / files.TRAIN_LOG)  # each trial's folder has its log, as a run's has
         handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
         logging.getLogger().addHandler(handler)
         try:

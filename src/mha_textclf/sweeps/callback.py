@@ -49,6 +49,7 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         import pandas as pd
 
+        from mha_textclf.runs import files
         from mha_textclf.sweeps.record import sweep_record
         from mha_textclf.sweeps.summary import write_summary
 
@@ -58,8 +59,8 @@ class SweepSummary(Callback):
             sweep_record(folder, launcher=config.hydra.launcher._target_, started_at=started_at,
                          wall_seconds=time.perf_counter() - start).write(folder)
         paths = write_summary(folder)
-        runs = pd.read_csv(paths["summary.csv"])
-        log.info(f"sweep summary: {paths['summary.md']}\n{paths['summary.md'].read_text()}")
+        runs = pd.read_csv(paths[files.SUMMARY_CSV])
+        log.info(f"sweep summary: {paths[files.SUMMARY_MD]}\n{paths[files.SUMMARY_MD].read_text()}")
         failed = runs[runs["status"] == "failed"]
         if len(failed):
             log.error(f"{len(failed)} of {len(runs)} jobs failed: {', '.join(failed['run_dir'])} (see error.txt)")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from mha_textclf.data.corpus import dataset_name
-from mha_textclf.runs.lifecycle import INTERRUPTED, RUNNING, folder_state, read_status
-from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.runs import files
+from mha_textclf.runs.lifecycle import INTERRUPTED, RUNNING, folder_state
+from mha_textclf.runs.metrics import read_metrics
 from mha_textclf.settings import COLUMNS, flat, is_training_setting
 from mha_textclf.sweeps.record import JobRecord
 
@@ -32,8 +32,8 @@ GROUP_METRICS = ["val_accuracy", "test_accuracy", "val_macro_f1", "test_macro_f1
 def find_runs(folder: Path) -> list[Path]:
     """Every run folder below `folder`: finished ones hold metrics.json, others at least config.yaml, error.txt or
     Hydra's .hydra/."""
-    marked = {p.parent for name in ("metrics.json", "config.yaml", "error.txt", ".hydra") for p in folder.rglob(name)
-              if p.parent.name != ".hydra"}
+    marked = {p.parent for name in (files.METRICS, files.CONFIG, files.ERROR, files.HYDRA)
+              for p in folder.rglob(name) if p.parent.name != files.HYDRA}
     # Runs do not nest: a folder above runs is a sweep or a study, even where Hydra left its .hydra/ (a study's).
     runs = {p for p in marked if not any(p in other.parents for other in marked)}
     return sorted(runs, key=lambda p: (len(p.relative_to(folder).parts), _job_number(p), str(p)))
@@ -54,13 +54,11 @@ UNREADABLE = (ValueError, TypeError, KeyError)
 def run_settings(run_dir: Path) -> dict[str, object]:
     """The run's resolved settings, flattened (`trainer.lr`), from the config.yaml it wrote (Hydra's unresolved
     .hydra/config.yaml for a run that failed before writing it), without the columns and what is not trained."""
-    path = run_dir / "config.yaml"
-    path = path if path.exists() else run_dir / ".hydra" / "config.yaml"
-    config = yaml.safe_load(path.read_text()) if path.exists() else {}
+    config = files.read_config(run_dir, hydra_fallback=True)
     # A value the run decided from its corpus (metrics.json's `adapted`: a vocabulary size per seed's training split)
     # is grouped as it was asked for, null, or the seeds of one command would never be averaged together.
     try:
-        adapted = RunMetrics.read(run_dir / "metrics.json").adapted
+        adapted = read_metrics(run_dir).adapted
     except (OSError, *UNREADABLE):
         adapted = {}  # no metrics.json yet, or one run_row reports as unreadable
     return {k: (None if k in adapted else v) for k, v in flat(config or {}).items()
@@ -69,8 +67,8 @@ def run_settings(run_dir: Path) -> dict[str, object]:
 
 def epoch_seconds(run_dir: Path) -> np.ndarray:
     """The run's training seconds per epoch (history.csv); empty for a run without epochs (a baseline)."""
-    path = run_dir / "history.csv"
-    return pd.read_csv(path)["train_seconds"].to_numpy(dtype=float) if path.exists() else np.array([])
+    history = files.read_history(run_dir)
+    return np.array([]) if history is None else history["train_seconds"].to_numpy(dtype=float)
 
 
 def run_row(run_dir: Path, root: Path) -> dict:
@@ -78,14 +76,12 @@ def run_row(run_dir: Path, root: Path) -> dict:
     job = JobRecord.read(run_dir)
     row = dict.fromkeys(RUN_COLUMNS) | {"run_dir": str(run_dir.relative_to(root)) or ".",
                                         "job_seconds": job.wall_seconds if job else None}
-    metrics_path = run_dir / "metrics.json"
     # status.json knows what metrics.json cannot: a run killed (or still running) since its last report.
     state = folder_state(run_dir)
-    if not metrics_path.exists() or (state in (RUNNING, INTERRUPTED) and read_status(run_dir).get("state") == RUNNING):
-        config_path = next((p for p in (run_dir / "config.yaml", run_dir / ".hydra" / "config.yaml") if p.exists()),
-                           None)
-        config = yaml.safe_load(config_path.read_text()) if config_path else {}
-        error = run_dir / "error.txt"
+    if not (run_dir / files.METRICS).exists() or (state in (RUNNING, INTERRUPTED)
+                                                   and files.read_status(run_dir).get("state") == RUNNING):
+        config = files.read_config(run_dir, hydra_fallback=True) or {}
+        error = run_dir / files.ERROR
         path = (config.get("data") or {}).get("path")
         return row | {"dataset": dataset_name(path) if path and "${" not in path else None,
                       "model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
@@ -95,7 +91,7 @@ def run_row(run_dir: Path, root: Path) -> dict:
                       else " ".join(error.read_text().split()) if error.exists() else
                       "no metrics.json and no error.txt"}
     try:
-        m = RunMetrics.read(metrics_path)
+        m = read_metrics(run_dir)
     except UNREADABLE as e:
         return row | {"status": "failed", "error": f"unreadable metrics.json: {e}"}
     epochs = epoch_seconds(run_dir)

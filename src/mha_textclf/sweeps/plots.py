@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, NullLocator
 
 from mha_textclf.reports import whole_epochs
+from mha_textclf.runs import files
 from mha_textclf.sweeps.collect import finished, setting_columns
 
 # Plots. One colour per model, one marker per pe, in every figure; labels name the variant and pe.
@@ -149,8 +150,8 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
         panel = done[(done["dataset"] == dataset) & (done["model"] == model)]
         for key, variant in panel.groupby(["pe", *settings], sort=True, dropna=False):
             pe, *rest = key
-            histories = [pd.read_csv(folder / d / "history.csv").set_index("epoch")
-                         for d in variant["run_dir"] if (folder / d / "history.csv").exists()]
+            histories = [history.set_index("epoch") for d in variant["run_dir"]
+                         if (history := files.read_history(folder / d)) is not None]
             if not histories:
                 continue
             extra = "".join(f", {c}={v}" for c, v in zip(settings, rest, strict=True))

@@ -16,11 +16,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from mha_textclf.runs import files
 from mha_textclf.runs.files import write_json
-from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.runs.metrics import read_metrics
 
-JOB_FILE = "job.json"
-SWEEP_FILE = "sweep.json"
 JOB_FORMAT = "mha-textclf-job/1"
 SWEEP_FORMAT = "mha-textclf-sweep/1"
 
@@ -45,12 +44,12 @@ class JobRecord:
     format: str = JOB_FORMAT
 
     def write(self, folder: Path) -> None:
-        write_json(folder / JOB_FILE, asdict(self))
+        write_json(folder / files.JOB, asdict(self))
 
     @classmethod
     def read(cls, folder: Path) -> JobRecord | None:
         """The job.json in `folder`, or None where there is none (a single run, or a sweep from before job.json)."""
-        path = Path(folder) / JOB_FILE
+        path = Path(folder) / files.JOB
         if not path.exists():
             return None
         data = json.loads(path.read_text())
@@ -89,11 +88,11 @@ class SweepRecord:
     format: str = SWEEP_FORMAT
 
     def write(self, folder: Path) -> None:
-        write_json(folder / SWEEP_FILE, asdict(self))
+        write_json(folder / files.SWEEP, asdict(self))
 
     @classmethod
     def read(cls, folder: Path) -> SweepRecord | None:
-        path = Path(folder) / SWEEP_FILE
+        path = Path(folder) / files.SWEEP
         if not path.exists():
             return None
         data = json.loads(path.read_text())
@@ -105,14 +104,14 @@ def sweep_record(folder: Path, launcher: str, started_at: str, wall_seconds: flo
     validation seconds of its run (None where the run did not finish)."""
     folder = Path(folder)
     jobs = []
-    for path in sorted(folder.rglob(JOB_FILE)):
+    for path in sorted(folder.rglob(files.JOB)):
         record = JobRecord.read(path.parent)
         if record is None:
             continue
         metrics = None
-        if (path.parent / "metrics.json").exists():
+        if (path.parent / files.METRICS).exists():
             try:
-                metrics = RunMetrics.read(path.parent / "metrics.json")
+                metrics = read_metrics(path.parent)
             except (ValueError, TypeError, KeyError):
                 metrics = None
         jobs.append(asdict(record) | {"run_dir": str(path.parent.relative_to(folder)),

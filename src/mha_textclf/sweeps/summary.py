@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mha_textclf.runs import files
 from mha_textclf.sweeps.collect import groups_table, runs_table
 from mha_textclf.sweeps.markdown import REFERENCE, summary_markdown
 from mha_textclf.sweeps.plots import plot_accuracy_vs_time, plot_loss_curves, plot_memory
@@ -16,11 +17,11 @@ def write_summary(folder: str | Path, reference: str = REFERENCE) -> dict[str, P
     folder = Path(folder)
     runs = runs_table(folder)
     groups = groups_table(runs)
-    names = ("summary.csv", "summary.md", "loss_curves.png", "accuracy_vs_time.png", "memory.png")
+    names = (files.SUMMARY_CSV, files.SUMMARY_MD, "loss_curves.png", "accuracy_vs_time.png", "memory.png")
     paths = {name: folder / name for name in names}
-    runs.to_csv(paths["summary.csv"], index=False)
-    paths["summary.md"].write_text(summary_markdown(folder, runs, groups, reference))
-    plot_loss_curves(folder, runs).savefig(paths["loss_curves.png"], dpi=110)
-    plot_accuracy_vs_time(runs).savefig(paths["accuracy_vs_time.png"], dpi=110)
-    plot_memory(runs).savefig(paths["memory.png"], dpi=110)
+    files.write_atomically(paths[files.SUMMARY_CSV], lambda tmp: runs.to_csv(tmp, index=False))
+    files.write_text(paths[files.SUMMARY_MD], summary_markdown(folder, runs, groups, reference))
+    files.write_figure(paths["loss_curves.png"], plot_loss_curves(folder, runs), dpi=110)
+    files.write_figure(paths["accuracy_vs_time.png"], plot_accuracy_vs_time(runs), dpi=110)
+    files.write_figure(paths["memory.png"], plot_memory(runs), dpi=110)
     return paths

@@ -3,10 +3,9 @@ tokenizer's files), and loaded from a run folder or the cache."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-import shutil
-import uuid
 from pathlib import Path
 
 import tokenizers
@@ -14,6 +13,7 @@ import transformers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from mha_textclf.errors import UserError
+from mha_textclf.runs.files import write_atomically
 from mha_textclf.settings import TokenizerSettings
 from mha_textclf.tokenizer.wordpiece import train_tokenizer
 
@@ -39,19 +39,11 @@ def get_tokenizer(texts: list[str], settings: TokenizerSettings, max_length: int
     entry = cache_dir / cache_key(texts, settings.vocab_size, settings.base)
     if not entry.is_dir():
         tokenizer = train_tokenizer(texts, settings.vocab_size, settings.base)
-        # Build under a private name, then rename: a concurrent run sees either no entry or a complete one.
-        tmp = _private_name(entry)
-        tokenizer.save_pretrained(tmp)
-        try:
-            tmp.rename(entry)
-        except OSError:  # another process finished the same entry first; theirs is as good as ours
-            shutil.rmtree(tmp, ignore_errors=True)
+        # A concurrent run sees either no entry or a complete one; where another process finished the same entry
+        # first (the rename fails), theirs is as good as ours.
+        with contextlib.suppress(OSError):
+            write_atomically(entry, tokenizer.save_pretrained)
     return load_tokenizer(entry, max_length)
-
-
-def _private_name(path: Path) -> Path:
-    """A name beside `path` that no other process uses: build there, then rename onto `path`."""
-    return path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def cache_key(texts: list[str], vocab_size: int | str, base: str | None) -> str:

@@ -11,8 +11,9 @@ from dataclasses import replace
 import numpy as np
 from tokenizers import Tokenizer
 
+from mha_textclf.runs.files import write_text
 from mha_textclf.settings import TokenizerSettings
-from mha_textclf.tokenizer.cache import _private_name, cache_key, cache_root
+from mha_textclf.tokenizer.cache import cache_key, cache_root
 from mha_textclf.tokenizer.wordpiece import _pipeline, count_words
 
 log = logging.getLogger("mha_textclf.tokenizer")
@@ -50,9 +51,7 @@ def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[T
     size, why = _decide_vocab_size(texts, settings)
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _private_name(memo)
-        tmp.write_text(json.dumps([size, why]))
-        tmp.replace(memo)  # whole or absent, for a concurrent run
+        write_text(memo, json.dumps([size, why]))  # whole or absent, for a concurrent run
     except OSError:
         pass  # an unwritable cache only costs the counting next time (get_tokenizer says what to do about it)
     return replace(settings, vocab_size=size), why
