@@ -141,10 +141,15 @@ def time_columns(runs: pd.DataFrame) -> list[str]:
     return [c for c in runs.columns if c.startswith(SECONDS_TO)]
 
 
+# pe as the tables and plots show it: True or False for a trained run, nothing for a baseline, which has none.
+PE_TEXT = {True: "True", False: "False"}
+NO_PE = ""
+
+
 def finished(runs: pd.DataFrame) -> pd.DataFrame:
-    """The finished runs, with pe as text ("None" for baselines, so that they group too)."""
+    """The finished runs, with pe as text (PE_TEXT, and NO_PE for baselines, so that they group too)."""
     done = runs[runs["status"] == "ok"].copy()
-    done["pe"] = done["pe"].map(str)
+    done["pe"] = done["pe"].map(lambda pe: PE_TEXT.get(pe, NO_PE))
     return done
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from mha_textclf.sweeps.collect import (
+    NO_PE,
+    PE_TEXT,
     SECONDS_TO,
     epoch_seconds,
     finished,
@@ -58,7 +60,7 @@ def _times(ratio: float) -> str:
 
 
 def _variant_label(row, settings: list[str]) -> dict[str, str]:
-    return {"model": row["model"], "pe": "" if row["pe"] == "None" else row["pe"],
+    return {"model": row["model"], "pe": row["pe"],
             **{c: setting_text(row[c]) for c in settings}}
 
 
@@ -104,7 +106,7 @@ def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, data
 
     done = finished(runs)
     done = done[done["dataset"] == dataset]
-    models = list(dict.fromkeys(table.loc[table["pe"] != "None", "model"]))
+    models = list(dict.fromkeys(table.loc[table["pe"] != NO_PE, "model"]))
     if len(models) > 1:
         ref = reference if reference in models else _fastest_model(table)
         why = ("the reference" if ref == reference else
@@ -123,9 +125,9 @@ def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, data
     pe_rows = []
     for key, variant in _variants(done, settings):
         model, pe, *rest = key
-        if pe != "True":
+        if pe != PE_TEXT[True]:
             continue
-        base = _select(done, model, "False", settings, rest)
+        base = _select(done, model, PE_TEXT[False], settings, rest)
         if not base.empty:
             pe_rows.append(_variant_label({"model": model, "pe": "True vs False",
                                            **dict(zip(settings, rest, strict=True))}, settings)
@@ -139,12 +141,12 @@ def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, data
 
 
 def _fastest_model(table: pd.DataFrame) -> str:
-    trained = table[table["pe"] != "None"]
+    trained = table[table["pe"] != NO_PE]
     return trained.sort_values("median_epoch_seconds_mean", na_position="last")["model"].iloc[0]
 
 
 def _variants(done: pd.DataFrame, settings: list[str]):
-    trained = done[done["pe"] != "None"]
+    trained = done[done["pe"] != NO_PE]
     yield from trained.groupby(["model", "pe", *settings], sort=True, dropna=False)
 
 
@@ -239,7 +241,7 @@ def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     times = {f"s to val acc {c.removeprefix(SECONDS_TO)}": reached(c) for c in levels}
     settings = {c: groups[c].map(setting_text) for c in settings}
     return pd.DataFrame({
-        "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"].replace("None", ""), **settings,
+        "dataset": groups["dataset"], "model": groups["model"], "pe": groups["pe"], **settings,
         "runs": groups["runs"], "seeds": groups["seeds"],
         "val accuracy": pm("val_accuracy", ".4f"), "test accuracy": pm("test_accuracy", ".4f"),
         "val macro-F1": pm("val_macro_f1", ".4f"), "test macro-F1": pm("test_macro_f1", ".4f"),

@@ -14,13 +14,13 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 
 from mha_textclf.reports import whole_epochs
 from mha_textclf.runs import files
-from mha_textclf.sweeps.collect import finished, setting_columns
+from mha_textclf.sweeps.collect import PE_TEXT, finished, setting_columns
 
 # Plots. One colour per model, one marker per pe, in every figure; labels name the variant and pe.
-PE_MARKERS = {"True": "o", "False": "s"}
+PE_MARKERS = {PE_TEXT[True]: "o", PE_TEXT[False]: "s"}
 
 
-PE_STYLES = {"False": "tab:blue", "True": "tab:orange"}
+PE_STYLES = {PE_TEXT[False]: "tab:blue", PE_TEXT[True]: "tab:orange"}
 
 
 def _variant_name(model: str, pe: str) -> str:
@@ -119,7 +119,7 @@ def plot_memory(runs: pd.DataFrame) -> Figure:
             lows.append(values.mean() - values.min())
             highs.append(values.max() - values.mean())
             colours.append(f"C{models.index(model) % 10}")  # the model's colour in accuracy_vs_time.png
-            hatches.append("//" if pe == "True" else "")
+            hatches.append("//" if pe == PE_TEXT[True] else "")
         positions = np.arange(len(labels))[::-1]  # the first group on top
         bars = ax.barh(positions, means, xerr=[lows, highs], color=colours, alpha=0.8, capsize=3)
         for bar, hatch in zip(bars, hatches, strict=True):
