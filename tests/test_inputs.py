@@ -68,9 +68,9 @@ def test_the_least_recently_used_product_goes_first_when_the_cache_is_full():
 
 
 def test_a_search_over_the_accuracy_space_s_two_lengths_builds_each_length_s_tokenizer_and_encodings_once():
-    """docs/search.md: "A trial of the accuracy space, which varies data.max_length between 512 and 1024, rebuilds
-    the tokenizer and the encodings only for a length it has not seen." The cache a search's worker makes (the
-    default size) keeps both lengths, whatever the order the trials ask for them in."""
+    """A trial of the accuracy space, which varies data.max_length between 512 and 1024, rebuilds the tokenizer and
+    the encodings only for a length it has not seen: the cache a search's worker makes (the default size) keeps both
+    lengths, whatever the order the trials ask for them in."""
     cache, built = InputCache(), []
     settings = {n: settings_for("data.path=/data", f"data.max_length={n}") for n in (512, 1024)}
     for n in (512, 1024, 1024, 512, 1024, 512, 512, 1024):

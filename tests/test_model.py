@@ -113,9 +113,9 @@ def test_cls_only_gives_the_same_logits_and_gradients(variant, pe, token_dropout
 
 
 def test_the_logits_are_an_mlp_with_a_relu_over_the_cls_output_of_attention():
-    """README.md: "one multi-head self-attention layer → the `[CLS]` vector → MLP": the logits are
-    ReLU([CLS] output · W1ᵀ + b1) · W2ᵀ + b2, computed here by hand from attention's output, a hidden layer whose
-    nonlinearity makes it more than one linear map."""
+    """The model is one multi-head self-attention layer, then the `[CLS]` vector, then an MLP: the logits are ReLU([CLS]
+    output · W1ᵀ + b1) · W2ᵀ + b2, computed here by hand from attention's output, a hidden layer whose nonlinearity
+    makes it more than one linear map."""
     model = build()
     seen = {}
     model.attention.register_forward_hook(lambda module, args, out: seen.update(y=out[0]))
@@ -164,10 +164,11 @@ def test_token_dropout_never_leaves_a_text_fewer_than_keep_tokens(variant):
 
 
 def test_a_long_text_is_hidden_bitwise_as_a_plain_rate_hides_it():
-    """docs/own-data.md: "A text of 128 such tokens or more is hidden at 0.75 with the same random numbers as before
-    ..., so bbc-news' runs are bitwise unchanged": over 4,000 tokens of long texts, the model with keep 32 gives the
-    very logits of the same model with no keep (a plain rate 0.75) under the same seed (round 26b: hiding at a rate a
-    hair under 0.75 passed, the other tests' few tokens never drew between the two)."""
+    """With token_dropout_keep, a text of 128 tokens or more besides [CLS] is hidden at 0.75 with the same random
+    numbers as without it, so runs on corpora of such texts (bbc-news) are bitwise unchanged: over 4,000 tokens of long
+    texts, the model with keep 32 gives the very logits of the same model with no keep (a plain rate 0.75) under the
+    same seed (round 26b: hiding at a rate a hair under 0.75 passed, the other tests' few tokens never drew between the
+    two)."""
     ids, mask = batch([1000] * 4)
     logits = []
     for keep in (32, 0):
@@ -178,9 +179,9 @@ def test_a_long_text_is_hidden_bitwise_as_a_plain_rate_hides_it():
 
 
 def test_below_128_tokens_token_dropout_0_85_hides_exactly_what_0_75_hides():
-    """docs/own-data.md: "Token dropout 0.85 itself changes nothing on a text of fewer than 128 tokens: there both
-    rates give way to `token_dropout_keep`": texts of 20, 40 and 100 tokens give the same logits at either rate under
-    the same seed (round 26b: a keep rule that scaled with the rate passed, every test used 0.75)."""
+    """Token dropout 0.85 itself changes nothing on a text of fewer than 128 tokens: there both 0.85 and 0.75 give way
+    to `token_dropout_keep`. Texts of 20, 40 and 100 tokens give the same logits at either rate under the same seed
+    (round 26b: a keep rule that scaled with the rate passed, every test used 0.75)."""
     ids, mask = batch([21, 41, 101])  # [CLS] + n tokens (+ [SEP]): n = 20, 40, 100
     logits = []
     for rate in (0.85, 0.75):
@@ -191,8 +192,9 @@ def test_below_128_tokens_token_dropout_0_85_hides_exactly_what_0_75_hides():
 
 
 def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_and_1_minus_32_over_n():
-    """docs/own-data.md's rule with the defaults of short-text corpora (token dropout 0.75, the schema's keep 32): a
-    20-token snippet keeps every token, a 40-token text is hidden at 1 - 32/40 = 0.2, a 160-token article at 0.75."""
+    """A text of n tokens besides [CLS] is hidden at min(token dropout, 1 - keep/n); with the defaults of short-text
+    corpora (token dropout 0.75, the schema's keep 32) a 20-token snippet keeps every token, a 40-token text is hidden
+    at 1 - 32/40 = 0.2, a 160-token article at 0.75."""
     torch.manual_seed(0)
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=5, d_model=16, n_heads=4,
                                        mlp_hidden=32, pe=False, max_length=200, pad_id=PAD,
@@ -232,9 +234,9 @@ def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
 
 
 def test_attention_sees_the_scaled_embeddings_plus_the_whole_positional_encoding():
-    """docs/results.md: token vectors "multiplied by √C", and "the positional encoding, as large as the embeddings,
-    stays in the way": what attention sees at position t is the token's vector times √C plus the sinusoid of t at
-    its full, unit amplitude (the formula's, computed here by hand), neither shrunk nor scaled with the embeddings."""
+    """Token vectors are multiplied by √C, and the positional encoding, as large as the embeddings, is added whole: what
+    attention sees at position t is the token's vector times √C plus the sinusoid of t at its full, unit amplitude (the
+    formula's, computed here by hand), neither shrunk nor scaled with the embeddings."""
     model = build(pe=True)
     seen = {}
     model.attention.register_forward_hook(lambda module, args, kwargs, out: seen.update(key=args[1]),
@@ -312,11 +314,11 @@ class HostCopies(TorchFunctionMode):
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_a_model_as_built_attends_over_the_longest_visible_count_of_its_batch_not_every_position(variant):
-    """docs/performance.md, Compaction: "before attention the model gathers each text's visible tokens ..., pads them
-    to the longest visible count in the batch, and attends over that (`visible_tokens` in src/mha_textclf/model.py,
-    on the device, inside the model)"; the masked path "stays reachable (the model's `compact` attribute, set to
-    `False` in Python)", so a model as the pipeline builds it compacts. The keys attention is handed, counted against
-    token dropout's draws written out (docs/configuration.md: min(0.75, 1 - keep/n)); in evaluation, padding only."""
+    """Compaction: before attention the model gathers each text's visible tokens, pads them to the longest visible count
+    in the batch, and attends over that (`visible_tokens` in src/mha_textclf/model.py, on the device, inside the model);
+    the masked path stays reachable only by setting the model's `compact` attribute to False in Python, so a model as
+    the pipeline builds it compacts. The keys attention is handed, counted against token dropout's draws written out (a
+    text of n tokens hidden at min(0.75, 1 - keep/n)); in evaluation, padding only."""
     lengths, T = [60, 20, 45], 64  # [CLS] + n tokens, padded beyond the longest text
     torch.manual_seed(0)
     model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=5, d_model=16, n_heads=4, pe=True,

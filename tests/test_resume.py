@@ -63,7 +63,7 @@ def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path, mon
 
     before = fingerprint(part)
     final = train_in_process(resumed, *COMMON, f"resume={part}", data_dir=data_dir)
-    # The resumed run is a new folder; the interrupted one stays as it was (docs/runs.md), and still says so.
+    # The resumed run is a new folder; the interrupted one stays as it was, and still says so.
     assert fingerprint(part) == before and files.read_status(part)["state"] == lifecycle.INTERRUPTED
     # Bitwise on CPU: every loss and accuracy, every epoch, and the final metrics.
     assert [{k: r[k] for k in COMPARED} for r in rows(resumed)] == [{k: r[k] for k in COMPARED} for r in rows(full)]
@@ -127,10 +127,10 @@ def test_a_default_that_moved_since_is_in_the_command_to_resume_and_loggers_may_
 
 def test_a_run_resumed_into_a_new_folder_takes_the_tokenizer_of_the_run_it_continues(smoke_run, tmp_path,
                                                                                      monkeypatch):
-    """docs/runs.md: "Resume into a new folder with the same overrides plus resume=<run folder>": the resumed run
-    continues the weights of that run, whose embedding rows are its tokenizer's ids, so it takes that run's
-    tokenizer/ into its own folder, neither learned again nor taken from a cache (tokenizer.cache_dir is no training
-    setting: it may point elsewhere now, where another tokenizer may wait)."""
+    """A run resumed into a new folder (the same overrides plus resume=<run folder>) continues the weights of that
+    run, whose embedding rows are its tokenizer's ids, so it takes that run's tokenizer/ into its own folder, neither
+    learned again nor taken from a cache (tokenizer.cache_dir is no training setting: it may point elsewhere now,
+    where another tokenizer may wait)."""
     from types import SimpleNamespace
 
     from mha_textclf.tokenizer.cache import load_tokenizer

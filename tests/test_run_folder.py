@@ -54,7 +54,7 @@ def assert_same_as_uninterrupted(run_dir, metrics, uninterrupted):
     assert (metrics.val, metrics.test, metrics.best_epoch) == (reference.val, reference.test, reference.best_epoch)
     assert RunMetrics.read(run_dir / "metrics.json").test == reference.test
     assert files.read_status(run_dir)["state"] == lifecycle.FINISHED
-    # docs/comparing.md: "training seconds are the run's own, from `history.csv`, over all its attempts".
+    # The run's training seconds are its own, summed from history.csv over all its attempts.
     with (run_dir / "history.csv").open() as f:
         every_attempt = sum(float(r["train_seconds"]) for r in csv.DictReader(f))
     assert metrics.train_seconds == RunMetrics.read(run_dir / "metrics.json").train_seconds
@@ -102,17 +102,16 @@ def test_other_settings_are_refused_before_anything_changes_and_overwrite_starts
     metrics = train_in_process(run_dir, *COMMON[:-1], "pe=false", "overwrite=true", data_dir=data_dir)
     assert metrics.pe is False and yaml.safe_load((run_dir / "config.yaml").read_text())["pe"] is False
     assert len(rows(run_dir)) == 3 and (run_dir / "stale.txt").exists()  # only the run's own files are replaced
-    # ...every one of them (docs/runs.md: overwrite=true deletes the run's own files, then starts afresh): what the
-    # folder holds now is the new run's, written since it started, and the old run's heatmap went with the rest.
+    # ...every one of them (overwrite=true deletes the run's own files, then starts afresh): what the folder holds now
+    # is the new run's, written since it started, and the old run's heatmap went with the rest.
     older = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
                    if p.is_file() and p.stat().st_mtime_ns <= an_hour_ago)
     assert older == [".lock", "stale.txt"]
 
 
 def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_difference(tmp_path):
-    """docs/runs.md: the data's place, the device, threads, loggers, probes (and the tokenizer cache and the reported
-    accuracy levels) may differ for the same run; other training settings are refused, each difference named, the
-    folder as it was."""
+    """The data's place, the device, threads, loggers, probes (and the tokenizer cache and the reported accuracy levels)
+    may differ for the same run; other training settings are refused, each difference named, the folder as it was."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     files.write_config(run_dir, settings_for(*COMMON))
@@ -132,9 +131,9 @@ def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_di
 
 
 def test_a_refusal_gives_both_ways_out_another_folder_for_a_run_or_a_sweep_or_overwrite(tmp_path):
-    """docs/runs.md, "The same command again": other training settings are "refused before anything in the folder
-    changes, naming each difference, with the ways out: another folder, or `overwrite=true`": another folder as a run
-    and as a sweep choose it (hydra.run.dir=, hydra.sweep.dir=), and overwrite=true, which deletes the results."""
+    """The same command on a folder holding other training settings is refused before anything in the folder
+    changes, naming each difference, with the ways out: another folder, as a run and as a sweep choose it
+    (hydra.run.dir=, hydra.sweep.dir=), or overwrite=true, which deletes the results."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     files.write_config(run_dir, settings_for(*COMMON))
@@ -148,18 +147,18 @@ def test_a_refusal_gives_both_ways_out_another_folder_for_a_run_or_a_sweep_or_ov
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_only_a_constant_learning_rate_may_train_longer_than_the_run_it_continues(schedule):
-    """docs/runs.md: "The same" run may differ in "`trainer.epochs` with `trainer.schedule=constant` (to train
-    longer)": linear and cosine decay are laid out over the epochs the run started with (both reach 0 at its last
-    epoch), so more epochs with either are other training settings; a constant rate trains on."""
+    """The same run may differ in trainer.epochs when trainer.schedule=constant (to train longer): linear and cosine
+    decay are laid out over the epochs the run started with (both reach 0 at its last epoch), so more epochs with either
+    are other training settings; a constant rate trains on."""
     saved = flat(dataclasses.asdict(settings_for(*COMMON, f"trainer.schedule={schedule}")))
     longer = saved | {"trainer.epochs": saved["trainer.epochs"] + 2}
     assert lifecycle.changed_settings(saved, longer) == ([] if schedule == "constant" else ["trainer.epochs"])
 
 
 def test_overwrite_deletes_the_loggers_files_with_the_rest_of_the_run(tmp_path):
-    """docs/runs.md: overwrite=true "deletes the run's own files, then starts afresh"; TensorBoard's event files
-    (docs/tracking.md: "event files in the run folder") are the run's too, or the new run's curves would be drawn
-    beside the old one's. A file that is not the run's stays."""
+    """overwrite=true deletes the run's own files, then starts afresh; TensorBoard's event files, written into the
+    run folder, are the run's too, or the new run's curves would be drawn beside the old one's. A file that is not the
+    run's stays."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     files.write_config(run_dir, settings_for(*COMMON))
@@ -254,7 +253,7 @@ def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_then_the_same_command_continues_in_place(signum, data_dir, tmp_path, uninterrupted):
     """Ctrl-C (SIGINT) or a kill (SIGTERM): the run stops after its step, reports what it trained, and exits with the
-    shell's 128 + the signal's number (docs/runs.md: 130, 143); the same command then continues in place."""
+    shell's 128 + the signal's number (130, 143); the same command then continues in place."""
     run_dir = tmp_path / "run"
     env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
     command = ["-m", "train", *COMMON[:-1], "trainer.epochs=3", "pe=true", f"hydra.run.dir={run_dir}"]
@@ -274,7 +273,7 @@ def test_a_signal_then_the_same_command_continues_in_place(signum, data_dir, tmp
     assert_same_as_uninterrupted(run_dir, RunMetrics.read(run_dir / "metrics.json"), uninterrupted)
     assert "pe=true" in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
     # train.log, Hydra's log of both starts: one line per finished epoch, each epoch once, with its numbers: the
-    # losses, validation accuracy, learning rate, and the training and validation seconds (docs/runs.md).
+    # losses, validation accuracy, learning rate, and the training and validation seconds.
     logged = re.findall(r"epoch (\d+)/3: train_loss (\S+)  val_loss (\S+)  val_accuracy (\S+)  lr (\S+)  "
                         r"\(train (\S+)s, val (\S+)s\)", (run_dir / "train.log").read_text())
     with (run_dir / "history.csv").open() as f:
@@ -351,9 +350,9 @@ def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
 
 
 def test_status_json_names_the_attempt_pid_and_host_and_a_second_start_is_refused_naming_them(tmp_path):
-    """docs/runs.md: status.json holds the state, the attempt, pid and host; a second start while the first holds
-    the folder is refused naming them: "Another process (pid ... on <host>) is running in ...". (The lock is an
-    flock on an open file, so a second claim in this very process is refused as another process's would be.)"""
+    """status.json holds the state, the attempt, pid and host; a second start while the first holds the folder is
+    refused naming them: "Another process (pid ... on <host>) is running in ...". (The lock is an flock on an open file,
+    so a second claim in this very process is refused as another process's would be.)"""
     run_dir = tmp_path / "run"
     settings = settings_for("experiment=smoke")
     with lifecycle.claim(run_dir, settings, []):
@@ -391,9 +390,9 @@ def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uni
 @pytest.mark.slow
 def test_continuing_in_place_keeps_the_tokenizer_the_run_was_trained_with(data_dir, tmp_path, uninterrupted,
                                                                           monkeypatch):
-    """docs/runs.md: "Continuing in place keeps the tokenizer the run was trained with": the folder's tokenizer/ is
-    read, not learned again nor taken from a cache (the cache may have moved: tokenizer.cache_dir is no training
-    setting), and not written again, so a kill cannot leave it half-written."""
+    """Continuing in place keeps the tokenizer the run was trained with: the folder's tokenizer/ is read, not learned
+    again nor taken from a cache (the cache may have moved: tokenizer.cache_dir is no training setting), and not written
+    again, so a kill cannot leave it half-written."""
     run_dir = tmp_path / "run"
     stopped_in_epoch_2(run_dir, data_dir, monkeypatch)
     files = sorted(p for p in (run_dir / "tokenizer").rglob("*") if p.is_file())
@@ -547,7 +546,7 @@ def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_comma
     fresh = dataclasses.replace(settings_for(*command).tokenizer, cache_dir=str(tmp_path / "fresh"))  # counted anew
     expected, why = resolve_vocab_size(run_split(run_dir, "train").texts, fresh)
     assert decided == expected.vocab_size and metrics.adapted == {"tokenizer.vocab_size": f"{decided}: {why}"}
-    assert f"tokenizer.vocab_size={decided} (null: {why})" in caplog.text  # logged, as docs/configuration.md shows
+    assert f"tokenizer.vocab_size={decided} (null: {why})" in caplog.text  # logged with its reason
     assert RunMetrics.read(run_dir / "metrics.json").adapted == metrics.adapted
     assert torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]["tokenizer"]["vocab_size"] \
         == decided
@@ -558,9 +557,9 @@ def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_comma
 
 
 def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failure(tmp_path):
-    """docs/runs.md: the run folder holds "error.txt  only when the run stopped on an error: what went wrong"; the
-    same command continues an unfinished run, "failed" among them, "after the last finished epoch (last.pt), in
-    place". Once it continues, the folder is a running run's again: the earlier failure's error.txt goes (the
+    """The run folder holds error.txt, saying what went wrong, only when the run stopped on an error; the same
+    command continues an unfinished run, a failed one among them, after the last finished epoch (last.pt), in
+    place. Once it continues, the folder is a running run's again: the earlier failure's error.txt goes (the
     folder's other files, its tokenizer among them, stay), and status.json says running, the second attempt."""
     from mha_textclf.runs.checkpoint import TRAINING_STATE_FORMAT
 
@@ -586,11 +585,11 @@ def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failur
 
 def test_the_same_command_with_the_epoch_count_left_null_on_a_finished_folder_trains_nothing(smoke_run, data_dir,
                                                                                             tmp_path, caplog):
-    """docs/runs.md, "The same command again": a folder holding "the same training settings, finished": "nothing is
-    trained: "already holds this run, finished: nothing to train""; README: the settings that adapt are "written into
-    the run's config.yaml ..., so that the same command continues the same run", and trainer.epochs=null means the
-    run's own count. A finished run asked again with the epoch count left null is finished: its recorded metrics
-    come back and nothing in the folder changes (it is not reported again)."""
+    """The same command on a folder holding the same training settings, finished, trains nothing ("already holds this
+    run, finished: nothing to train"); the settings that adapt are written into the run's config.yaml, so that the same
+    command continues the same run, and trainer.epochs=null means the run's own count. A finished run asked again with
+    the epoch count left null is finished: its recorded metrics come back and nothing in the folder changes (it is not
+    reported again)."""
     import shutil
 
     run_dir = tmp_path / "run"
@@ -610,8 +609,8 @@ def test_the_same_command_with_the_epoch_count_left_null_on_a_finished_folder_tr
 
 
 def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afresh(tmp_path):
-    """docs/runs.md When things go wrong: "an unreadable last.pt in the folder to continue | "Cannot continue the run
-    in <folder>: ... To start it afresh instead: overwrite=true."", before anything in the folder changes."""
+    """An unreadable last.pt in the folder to continue is refused with "Cannot continue the run in <folder>: ... To
+    start it afresh instead: overwrite=true.", before anything in the folder changes."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     settings = settings_for(*COMMON)

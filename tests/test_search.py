@@ -48,9 +48,9 @@ def test_hydra_sweep_expressions_become_optuna_distributions():
 
 
 def test_interval_is_a_float_even_between_whole_numbers_and_only_int_interval_an_int():
-    """docs/search.md: the space is declared "in Hydra's sweep syntax: `interval(a,b)` (a float),
-    `int(interval(a,b))`, `tag(log, interval(a,b))` (log scale)". A float however its ends are written: interval(0, 1)
-    samples the whole range between them, not the two ints 0 and 1."""
+    """The space is declared in Hydra's sweep syntax: interval(a,b) is a float, int(interval(a,b)) an int, and
+    tag(log, interval(a,b)) on a log scale. A float however its ends are written: interval(0, 1) samples the whole
+    range between them, not the two ints 0 and 1."""
     space = search_space({"model.dropout": "interval(0, 1)", "trainer.lr": "tag(log, interval(1, 100))",
                           "model.n_heads": "int(interval(1, 8))", "trainer.epochs": "int(tag(log, interval(2, 64)))"})
     assert space["model.dropout"] == optuna.distributions.FloatDistribution(0.0, 1.0)
@@ -61,10 +61,10 @@ def test_interval_is_a_float_even_between_whole_numbers_and_only_int_interval_an
 
 
 def test_range_ends_before_its_end_as_python_s_range_does_on_every_grid():
-    """docs/search.md: the space is declared "in Hydra's sweep syntax: ... `range(a,b,step)`": Python's range, whose
-    end is left out, also where the steps land on it exactly: range(8, 32, 4) is 8, ..., 28 as list(range(8, 32, 4)),
-    and a float range(0, 1, 0.25) is numpy's arange (round 24: an end taken in when the steps reached it passed, the
-    one tested range ended between two steps)."""
+    """range(a,b,step) in the space's sweep syntax is Python's range, whose end is left out, also where the steps land
+    on it exactly: range(8, 32, 4) is 8, ..., 28 as list(range(8, 32, 4)), and a float range(0, 1, 0.25) is numpy's
+    arange (round 24: an end taken in when the steps reached it passed, the one tested range ended between two
+    steps)."""
     for start, stop, step in ((8, 32, 4), (8, 33, 4), (1, 2, 1), (0, 10, 3)):
         grid = search_space({"trainer.epochs": f"range({start}, {stop}, {step})"})["trainer.epochs"]
         assert list(range(grid.low, grid.high + 1, grid.step)) == list(range(start, stop, step)), (start, stop, step)
@@ -110,8 +110,8 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
     study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     assert len(finished) == 3 and len(study.trials) == 4  # the interrupted trial stays failed, not counted
-    # docs/search.md: "A median pruner gets each epoch's validation loss": what each trial reported, epoch by epoch,
-    # is minus its history.csv's val_loss (the fake trainers above hand over nothing else to report).
+    # The median pruner gets each epoch's validation loss: what each trial reported, epoch by epoch, is minus its
+    # history.csv's val_loss (the fake trainers above hand over nothing else to report).
     for trial in finished:
         with open(study_dir / f"trial_{trial.number:03d}" / "history.csv", newline="") as f:
             history = {int(row["epoch"]): -float(row["val_loss"]) for row in csv.DictReader(f)}
@@ -135,7 +135,7 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
 
 
 def test_search_without_optuna_names_its_extra(tmp_path, data_dir, monkeypatch):
-    """docs/runs.md: `python -m search` without its extra says which one to install, before any study exists."""
+    """`python -m search` without its extra says which one to install, before any study exists."""
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
     with pytest.raises(UserError, match=r'python -m search needs Optuna, the `hpo` extra: pip install -e "\.\[hpo\]"'):
         search(tiny(tmp_path, data_dir), tmp_path / "study")
@@ -202,8 +202,8 @@ def test_a_trial_worse_than_the_median_is_pruned_and_one_at_its_last_epoch_is_no
         if trial.state.name == "PRUNED":
             assert max(trial.intermediate_values) == 2  # stopped at the first epoch after warm-up, not trained on
     assert any(t.state.name == "PRUNED" for t in study.trials)
-    # docs/search.md: best.json holds "the trials by state", the pruned too (the "pruned" column of its 40-trial
-    # table; scripts/measure_search.py's "finished trials (pruned)") (round 24: leaving the pruned out passed).
+    # best.json counts the trials by state, the pruned too: a study's pruned count, and scripts/measure_search.py's
+    # "finished trials (pruned)", are read from it (round 24: leaving the pruned out passed).
     best = json.loads((tmp_path / "study" / "best.json").read_text())
     states = [t.state.name.lower() for t in study.trials]
     assert best["trials"] == {state: states.count(state) for state in ("complete", "pruned")}
@@ -214,9 +214,9 @@ def test_a_trial_worse_than_the_median_is_pruned_and_one_at_its_last_epoch_is_no
 
 
 def test_trials_are_tpe_s_draws_seeded_by_their_number_beyond_its_random_start_too(tmp_path):
-    """docs/search.md: "TPE samples, and maximises the validation accuracy of the reported model; trial n draws with
-    the seed `seed + n`". Each trial's value, against Optuna's own TPESampler(seed + n) shown the trials before it:
-    the first 10 are TPE's random start (a RandomSampler of the same seed draws them too), the last two TPE's own."""
+    """TPE samples, maximising the validation accuracy of the reported model, and trial n draws with the seed
+    seed + n. Each trial's value, against Optuna's own TPESampler(seed + n) shown the trials before it: the first 10
+    are TPE's random start (a RandomSampler of the same seed draws them too), the last two TPE's own."""
     from mha_textclf.search.study import run_search
 
     settings = study_settings(tmp_path, n_trials=12, pruning=False, seed=4)
@@ -232,11 +232,11 @@ def test_trials_are_tpe_s_draws_seeded_by_their_number_beyond_its_random_start_t
 
 
 def test_the_pruner_stops_a_trial_below_the_median_of_the_completed_trials_and_pruning_false_stops_none(tmp_path):
-    """docs/search.md: "A median pruner gets each epoch's validation loss and stops a trial that is worse than the
-    median of the earlier completed trials at the same epoch (pruned ones left out; after `warmup_epochs`, once
-    `startup_trials` have completed)", and `python -m search study=accuracy_unpruned pruning=false   # the same space,
-    without pruning`. Each trial's state against that rule written out: the validation loss, the same at
-    every epoch, grows with the distance of the sampled learning rate from 1e-2, so every trial has its own."""
+    """A median pruner gets each epoch's validation loss and stops a trial that is worse than the median of the earlier
+    completed trials at the same epoch (pruned ones left out; after warmup_epochs, once startup_trials have completed);
+    `python -m search study=accuracy_unpruned pruning=false` searches the same space without pruning. Each trial's state
+    against that rule written out: the validation loss, the same at every epoch, grows with the distance of the sampled
+    learning rate from 1e-2, so every trial has its own."""
     from mha_textclf.search.study import run_search
 
     def losses(overrides):
@@ -265,11 +265,11 @@ def test_the_pruner_stops_a_trial_below_the_median_of_the_completed_trials_and_p
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_the_study_s_pruner_cuts_at_the_median_itself_not_a_percentile_beside_it(tmp_path):
-    """docs/search.md: "`accuracy` (median pruner)": "stops a trial that is worse than the median of the earlier
-    completed trials at the same epoch (pruned ones left out; after warmup_epochs ...)". The study python -m search
-    opens, shown ten completed trials of 0, ..., 9 at the first epoch it judges (numpy's median: 4.5; other epochs far
-    off, five pruned trials far below): a trial at 4.49 is stopped, one at 4.51 goes on (round 24: a pruner at the
-    40th percentile passed, no tested trial lay between the two)."""
+    """The accuracy study's median pruner stops a trial that is worse than the median of the earlier completed trials at
+    the same epoch (pruned ones left out; after warmup_epochs). The study python -m search opens, shown ten completed
+    trials of 0, ..., 9 at the first epoch it judges (numpy's median: 4.5; other epochs far off, five pruned trials far
+    below): a trial at 4.49 is stopped, one at 4.51 goes on (round 24: a pruner at the 40th percentile passed, no tested
+    trial lay between the two)."""
     from optuna.distributions import FloatDistribution
 
     from mha_textclf.search.study import _open_study
@@ -308,14 +308,13 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path, monkeypa
     settings.params = {"trainer.lr": "interval(0.1, 0.2)"}
     with pytest.raises(UserError, match="was started with another space"):
         run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
-    # docs/search.md: "add any setting of the search to the quoted command, the same in every task": a worker whose
-    # shared training settings differ is refused as well, though its space is the same (round 24: comparing only the
-    # space passed).
+    # Every worker of a study must be given the same search settings: a worker whose shared training settings differ
+    # is refused as well, though its space is the same (round 24: comparing only the space passed).
     settings.params, settings.train = space, ["trainer.epochs=3"]
     with pytest.raises(UserError, match="was started with another space or shared settings"):
         run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5]))
-    # docs/search.md: "Every worker, when it stops, writes best.json, trials.csv and the plots from the storage": one
-    # that finds the study finished, and trains nothing, too (round 24: writing them only after trials passed).
+    # Every worker, when it stops, writes best.json, trials.csv and the plots from the storage: one that finds the
+    # study finished, and trains nothing, too (round 24: writing them only after trials passed).
     from optuna.visualization import matplotlib as plots
 
     for plot in ("plot_optimization_history", "plot_param_importances"):  # (drawing: read elsewhere)
@@ -338,7 +337,7 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
                        fake_trainer(losses))
     states = [t.state.name for t in study.trials]
     assert "FAIL" in states and states.count("COMPLETE") >= 1 and len(states) == 8
-    # best.json counts the trials by state (docs/search.md), and trials.csv has each trial's, the failed ones too.
+    # best.json counts the trials by state, and trials.csv has each trial's, the failed ones too.
     best = json.loads((tmp_path / "study" / "best.json").read_text())
     assert best["trials"] == {state.lower(): states.count(state) for state in set(states)}
     with open(tmp_path / "study" / "trials.csv") as f:
@@ -346,10 +345,10 @@ def test_a_failing_trial_does_not_end_the_study(tmp_path):
 
 
 def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
-    """docs/search.md: best.json holds the best trial, its parameters and metrics: its validation accuracy and loss,
-    test accuracy, training seconds and epochs, each from that trial's metrics (all different here); its parameters,
-    every one of the space's, as the trial was trained with them (round 24: best.json keeping only the first parameter
-    passed, the tests' spaces had one, or were checked only for what best.json held)."""
+    """best.json holds the best trial, its parameters and metrics: its validation accuracy and loss, test accuracy,
+    training seconds and epochs, each from that trial's metrics (all different here); its parameters, every one of the
+    space's, as the trial was trained with them (round 24: best.json keeping only the first parameter passed, the tests'
+    spaces had one, or were checked only for what best.json held)."""
     from dataclasses import replace
 
     from mha_textclf.search.study import run_search
@@ -381,9 +380,9 @@ def test_best_json_holds_the_best_trial_s_own_metrics(tmp_path):
 
 
 def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_importance(tmp_path, monkeypatch):
-    """docs/search.md: optimization_history.png shows the complete trials' validation accuracy against the trial
-    number and the best so far; param_importances.png a bar per parameter of the space, Optuna's importance evaluator
-    over the complete trials. Read from the figures the study saved, against the study in its storage."""
+    """optimization_history.png shows the complete trials' validation accuracy against the trial number and the best so
+    far; param_importances.png a bar per parameter of the space, Optuna's importance evaluator over the complete trials.
+    Read from the figures the study saved, against the study in its storage."""
     from mha_textclf.search.study import run_search
 
     figures = capture_figures(monkeypatch)
@@ -413,9 +412,9 @@ def test_the_plots_draw_the_study_s_trials_its_best_so_far_and_each_parameter_s_
 
 
 def test_a_worker_stops_once_the_study_has_n_trials_finished_pruned_ones_by_other_workers_included(tmp_path):
-    """docs/search.md: together the workers finish n_trials finished (complete or pruned) trials; each stops
-    starting trials once the study has that many, whoever finished them. Here another worker prunes two trials
-    while this one runs its first: with n_trials=3, that first trial is its last."""
+    """Together the workers finish n_trials finished (complete or pruned) trials; each stops starting trials once the
+    study has that many, whoever finished them. Here another worker prunes two trials while this one runs its first:
+    with n_trials=3, that first trial is its last."""
     from optuna.distributions import FloatDistribution
 
     from mha_textclf.search.study import run_search
@@ -439,9 +438,9 @@ def test_a_worker_stops_once_the_study_has_n_trials_finished_pruned_ones_by_othe
 
 
 def test_workers_finishing_together_write_the_reports_in_turn_under_reports_lock(tmp_path, monkeypatch):
-    """docs/search.md: "Workers finishing together take turns under a lock file (reports.lock), each reading the
-    storage once its turn comes". While another worker holds reports.lock (and finishes a trial meanwhile), this one
-    waits and writes nothing; once the lock is free it writes best.json with that trial counted."""
+    """Workers finishing together take turns under a lock file (reports.lock), each reading the storage once its turn
+    comes. While another worker holds reports.lock (and finishes a trial meanwhile), this one waits and writes nothing;
+    once the lock is free it writes best.json with that trial counted."""
     import threading
 
     from optuna.distributions import FloatDistribution
@@ -477,8 +476,8 @@ def test_workers_finishing_together_write_the_reports_in_turn_under_reports_lock
 
 
 def test_each_report_file_is_written_whole_under_a_temporary_name_then_renamed_into_place(tmp_path, monkeypatch):
-    """docs/search.md: "each file is written under a temporary name and renamed into place: a reader never sees half
-    a file". best.json and trials.csv each arrive by one rename from a hidden name beside them, which held the whole
+    """Each report file is written under a temporary name and renamed into place, so that a reader never sees half
+    a file. best.json and trials.csv each arrive by one rename from a hidden name beside them, which held the whole
     file; the final name is never written to directly."""
     from optuna.distributions import FloatDistribution
     from optuna.visualization import matplotlib as plots
@@ -522,9 +521,9 @@ def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path, monkeypa
     settings = study_settings(tmp_path, n_trials=50, pruning=False, timeout_minutes=0.02)
     study = run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], seconds=0.2))
     assert 1 < len(study.trials) < 50
-    # docs/search.md: "`timeout_minutes` applies to each worker": a worker joining a study whose other worker's trial
-    # took a minute still starts trials for its own 0.18 s (round 24: a timeout counted down by the study's trials
-    # passed, each test's study was new).
+    # timeout_minutes applies to each worker on its own: a worker joining a study whose other worker's trial took a
+    # minute still starts trials for its own 0.18 s (round 24: a timeout counted down by the study's trials passed, each
+    # test's study was new).
     from datetime import datetime, timedelta
 
     from optuna.distributions import FloatDistribution
@@ -544,8 +543,8 @@ def test_a_worker_stops_starting_trials_after_timeout_minutes(tmp_path, monkeypa
 
 
 def test_num_threads_sets_the_torch_threads_of_the_worker_s_trials(tmp_path, monkeypatch):
-    """docs/search.md: `num_threads` sets the torch threads of one worker's trials: python -m search hands it to
-    train as the launcher's share, which train applies (trainer.num_threads wins there: test_train.py)."""
+    """`num_threads` sets the torch threads of one worker's trials: python -m search hands it to train as the launcher's
+    share, which train applies (trainer.num_threads wins there: test_train.py)."""
     seen = []
 
     def train_recording_threads(settings, run_dir, overrides, threads=None, on_epoch_end=None, **kwargs):
@@ -576,9 +575,9 @@ def test_without_num_threads_a_worker_s_trials_keep_torch_s_default_threads(tmp_
 
 
 def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, caplog):
-    """docs/search.md: each trial "trains into outputs/search/<study>/trial_<n>/, a run folder like any other", and
-    a run folder has its train.log (docs/runs.md; scripts/measure_search.py reads the trials' logs): what each trial
-    logs lands in its own folder's train.log, and no other trial's."""
+    """Each trial trains into outputs/search/<study>/trial_<n>/, a run folder like any other, so with a train.log of
+    its own (scripts/measure_search.py reads the trials' logs): what each trial logs lands in its own folder's
+    train.log, and no other trial's."""
     import logging
 
     def train_logging(settings, run_dir, overrides, on_epoch_end=None, **kwargs):
@@ -598,9 +597,8 @@ def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, capl
 
 
 def test_a_journal_file_named_by_storage_holds_the_study_there(tmp_path):
-    """docs/search.md: "storage=/shared/path/study.log": a path without :// is a journal file, there, and the
-    study's folder then holds no journal of its own; without storage=, the journal is the study folder's
-    optuna-journal.log."""
+    """storage=/shared/path/study.log: a path without :// is a journal file, there, and the study's folder then holds no
+    journal of its own; without storage=, the journal is the study folder's optuna-journal.log."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -618,9 +616,9 @@ def test_a_journal_file_named_by_storage_holds_the_study_there(tmp_path):
 
 
 def test_a_path_with_a_colon_but_no_scheme_is_a_journal_file(tmp_path):
-    """docs/search.md: "A path without `://` is a journal file; anything with `://` is an SQLAlchemy URL.": a folder
-    named by a time of day (run at 12:00) holds the study's journal all the same (round 24: taking any path with a
-    colon for a URL passed, no tested path had one; URLs: test_a_database_takes_a_trial_silent_...)."""
+    """A storage path without :// is a journal file; anything with :// is an SQLAlchemy URL. A folder named by a time of
+    day (run at 12:00) holds the study's journal all the same (round 24: taking any path with a colon for a URL passed,
+    no tested path had one; URLs: test_a_database_takes_a_trial_silent_...)."""
     from mha_textclf.search.workers import HeartbeatJournalStorage, open_storage
 
     journal = tmp_path / "run at 12:00" / "study.log"
@@ -630,10 +628,10 @@ def test_a_path_with_a_colon_but_no_scheme_is_a_journal_file(tmp_path):
     assert journal.is_file() and "s" in journal.read_text()
 
 def test_the_accuracy_space_is_the_documented_one():
-    """docs/search.md: "python -m search  # 40 trials over configs/hparams_search/accuracy.yaml", "the space above,
-    model.cls_only=true, 24 epochs, seed 0 for every trial", "the accuracy space, which varies data.max_length
-    between 512 and 1024", its importances over model.token_dropout, trainer.lr, trainer.weight_decay,
-    data.max_length and pe, and study=accuracy_unpruned "the same space"."""
+    """A plain `python -m search` runs the accuracy study: 40 trials, pruned, over configs/hparams_search/accuracy.yaml,
+    each with model.cls_only=true, 24 epochs and seed 0. Its space varies model.token_dropout, trainer.lr and
+    trainer.weight_decay (both on a log scale), data.max_length (512 or 1024) and pe; study=accuracy_unpruned
+    searches the same space with the same shared settings."""
     settings = settings_for(app="search")
     assert (settings.study, settings.n_trials, settings.pruning) == ("accuracy", 40, True)
     trial = settings_for(*settings.train)  # what every trial shares
@@ -660,8 +658,8 @@ def test_measure_search_answers_help_and_a_mistake_before_it_removes_or_starts_a
     assert exited.value.code == 2 and "n_trails is not a setting; did you mean n_trials" in capsys.readouterr().err
 
 def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_built_them(tmp_path, caplog):
-    """scripts/measure_search.py (docs/search.md's "Measured"): a trial's data, tokenizer and encoding seconds, as
-    built or as reused, told apart by the line the worker's input cache logs into the trial's train.log."""
+    """scripts/measure_search.py reports a trial's data, tokenizer and encoding seconds, as built or as reused, told
+    apart by the line the worker's input cache logs into the trial's train.log."""
     import logging
 
     from mha_textclf.inputs import InputCache
@@ -686,12 +684,11 @@ def test_measure_search_tells_trials_that_reused_their_inputs_from_those_that_bu
 
 def test_measure_search_runs_each_study_with_one_thread_per_worker_and_counts_pruned_trials_as_finished(
         tmp_path, monkeypatch, capsys):
-    """docs/search.md ("Measured"): "on this machine (2 cores, one thread per worker) ... by `python
-    scripts/measure_search.py n_trials=8`", a table of "workers | wall | finished trials (pruned) | best val accuracy
-    (trial)" for 1 worker, then 2, where finished trials are "complete or pruned"; the script's docstring: "the same
-    study run by one worker and by two ..., one torch thread each", "the tokenizer is learned once beforehand". The
-    workers are stand-ins that leave a study's best.json and trials.csv (round 17: a worker's command without
-    num_threads=1, and finished trials counted without the pruned ones, both passed)."""
+    """`python scripts/measure_search.py n_trials=8` runs the same study by one worker and by two, one torch thread
+    each, the tokenizer learned once beforehand, and prints a table of workers | wall | finished trials (pruned) | best
+    val accuracy (trial) for 1 worker, then 2, where finished trials are complete or pruned. The workers are stand-ins
+    that leave a study's best.json and trials.csv (round 17: a worker's command without num_threads=1, and finished
+    trials counted without the pruned ones, both passed)."""
     script = load_script("measure_search")
     monkeypatch.chdir(tmp_path)
     started = []  # ("warm-up" | "worker", command), in order
@@ -763,9 +760,9 @@ def test_a_storage_optuna_cannot_use_is_a_clear_error(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_a_database_takes_a_trial_silent_for_three_heartbeats_for_dead_as_the_journal_does(tmp_path):
-    """docs/search.md: "A trial silent for 3 heartbeats ... is marked failed ... and queued once more", whichever
-    storage= holds the study (here an SQLAlchemy URL, whose heartbeats Optuna keeps itself): 25 s of silence with
-    heartbeats of 10 s is alive, 35 s dead, and the dead trial's retry is the journal's."""
+    """A trial silent for 3 heartbeats is marked failed and queued once more, whichever storage= holds the study (here
+    an SQLAlchemy URL, whose heartbeats Optuna keeps itself): 25 s of silence with heartbeats of 10 s is alive, 35 s
+    dead, and the dead trial's retry is the journal's."""
     from datetime import timedelta
 
     import sqlalchemy
@@ -788,8 +785,9 @@ def test_a_database_takes_a_trial_silent_for_three_heartbeats_for_dead_as_the_jo
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_by_default_a_worker_beats_every_20_seconds_and_a_trial_silent_for_a_minute_is_dead(tmp_path):
-    """docs/search.md: "its worker records a heartbeat every heartbeat_seconds (20). A trial silent for 3 heartbeats
-    ... is marked failed": the study python -m search opens beats every 20 s; 55 s of silence is alive, 65 s dead."""
+    """A trial's worker records a heartbeat every heartbeat_seconds (20 by default), and a trial silent for 3
+    heartbeats is marked failed: the study python -m search opens beats every 20 s; 55 s of silence is alive, 65 s
+    dead."""
     from mha_textclf.search.study import _open_study
     from mha_textclf.search.workers import HEARTBEAT
 
@@ -833,10 +831,10 @@ def test_a_trial_silent_for_three_heartbeats_is_failed_and_run_again_once_by_the
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_a_worker_that_finishes_fails_and_requeues_a_trial_that_fell_silent_while_it_ran(tmp_path, monkeypatch):
-    """docs/search.md: "A trial silent for 3 heartbeats ... is marked failed by the next worker that starts, starts a
-    trial or finishes, and queued once more", "no trial stays RUNNING": while this worker runs its last trial,
-    another worker's trial falls silent (its last beat 100 s ago); this worker, finishing, fails it and queues it
-    again, and its best.json counts it so (round 24: no check when a worker finished passed)."""
+    """A trial silent for 3 heartbeats is marked failed, and queued once more, by the next worker that starts, starts a
+    trial or finishes, so that no trial stays RUNNING: while this worker runs its last trial, another worker's trial
+    falls silent (its last beat 100 s ago); this worker, finishing, fails it and queues it again, and its best.json
+    counts it so (round 24: no check when a worker finished passed)."""
     from optuna.visualization import matplotlib as plots
 
     from mha_textclf.search.study import run_search
@@ -863,10 +861,9 @@ def test_a_worker_that_finishes_fails_and_requeues_a_trial_that_fell_silent_whil
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask() without optimize(), as here
 def test_a_journal_trial_whose_worker_keeps_beating_stays_alive_long_after_its_start(tmp_path, monkeypatch):
-    """docs/search.md: "(Optuna keeps heartbeats for its databases only; for the journal file
-    `src/mha_textclf/workers.py` records them in the trial.)" On a clock the test moves: two trials started 60 s ago
-    with heartbeats of 10 s; the worker of one beat 5 s ago, and that time is in its trial, which is alive; the other,
-    silent since its start, is dead."""
+    """Optuna keeps heartbeats for its databases only; for the journal file, src/mha_textclf/search/workers.py records
+    them in the trial itself. On a clock the test moves: two trials started 60 s ago with heartbeats of 10 s; the worker
+    of one beat 5 s ago, and that time is in its trial, which is alive; the other, silent since its start, is dead."""
     from types import SimpleNamespace
 
     from mha_textclf.search import workers

@@ -52,8 +52,8 @@ MISTAKES = [
     (["+model.heads=4"], "model.heads is not a setting; did you mean model.n_heads?"),
     (["+trainer.anything=1"], "the trainer settings are epochs, batch_size, lr"),
     (["sed=1"], "sed is not a setting; did you mean seed?"),
-    # cli.py: "names the closest valid keys"; docs/configuration.md: "unknown keys (with the closest valid ones)":
-    # a misspelling close to two keys names both, in its group or without one.
+    # An unknown key's message names the closest valid keys: a misspelling close to two keys names both, in its
+    # group or without one.
     (["model.droput=0.1"], "model.droput is not a setting; did you mean model.dropout or model.mlp_dropout?"),
     (["token_dropout=0.5"], "token_dropout is not a setting; did you mean model.token_dropout or "
                             "model.token_dropout_keep?"),
@@ -104,28 +104,13 @@ def test_all_problems_come_in_one_message():
         "trainer.epoch", "trainer.lr", "data.val_fraction", "model.pe", "model.n_heads"]
 
 
-def test_the_documented_example_is_what_train_prints(capsys):
-    """docs/configuration.md shows a command line and its whole message: every line of it, word for word (the
-    divisors a head count may take included)."""
-    from conftest import REPO
-
-    text = (REPO / "docs" / "configuration.md").read_text()
-    block = text.split("```\n$ python -m train ", 1)[1].split("```", 1)[0]
-    command, *printed = block.splitlines()
-    with pytest.raises(SystemExit) as exit_code:
-        cli.check_command_line("train", command.split())
-    assert exit_code.value.code == 2
-    assert capsys.readouterr().err.splitlines() == printed
-
-
 @pytest.mark.parametrize(("app", "help_command"), [
     ("train", "python -m train --help"), ("predict", "python -m predict --help"),
     ("search", "python -m search --help"), ("baseline", "python scripts/baseline_tfidf.py --help")])
 def test_a_mistake_ends_with_the_help_command_of_the_command_that_was_typed(app, help_command, capsys):
-    """README, 'When things go wrong': a mistake in the settings stops "with one message that lists every problem
-    and what to change (exit code 2). `python -m train --help` lists what is valid": each command's message ends
-    with its own help page, the one that lists its settings (predict's, search's and the baseline's are not
-    train's)."""
+    """A mistake in the settings stops with one message that lists every problem and what to change (exit code 2),
+    and ends with the command that lists what is valid: each command's own help page, the one that lists its
+    settings (predict's, search's and the baseline's are not train's)."""
     with pytest.raises(SystemExit) as exit_code:
         cli.check_command_line(app, ["no_such_setting=1"])
     assert exit_code.value.code == 2
@@ -139,10 +124,10 @@ def test_every_value_of_a_sweep_is_checked():
 
 
 def test_a_rule_that_only_a_later_job_of_a_sweep_breaks_stops_the_sweep_before_its_first_job():
-    """README, 'When things go wrong': "A mistake in the settings stops before anything runs, with one message that
-    lists every problem". In a sweep whose first job is valid, a later job whose settings break a rule between
-    settings (a head count d_model does not divide, pe=true with an odd d_model) is found with the command line, not
-    by that job once the jobs before it have trained; a valid sweep still runs."""
+    """A mistake in the settings stops before anything runs, with one message that lists every problem. In a sweep
+    whose first job is valid, a later job whose settings break a rule between settings (a head count d_model does
+    not divide, pe=true with an odd d_model) is found with the command line, not by that job once the jobs before it
+    have trained; a valid sweep still runs."""
     assert command_line_problems("-m", "model.n_heads=8,5") == [
         "model.n_heads=5: model.d_model=64 is not divisible by it; each head gets d_model // n_heads dimensions "
         "(choose among [1, 2, 4, 8, 16, 32, 64])."]
@@ -229,10 +214,10 @@ def test_help_lists_every_setting_with_its_default():
 
 @pytest.mark.parametrize("app", sorted(cli.SCHEMAS))
 def test_help_shows_every_setting_s_default_as_it_is_typed_lists_and_text_included(app):
-    """README (Running): `python -m train --help   # every setting: its default, meaning and valid values`, and
-    docs/configuration.md: "lists every setting with its default": the default column of each app's page, for every
-    key, is the value a fresh settings object holds, written as the command line takes it (probes.attention's
-    sentence, time_to_accuracy's levels, the schedule's name, null), or the config group that fills a required one."""
+    """`--help` lists every setting with its default, meaning and valid values: the default column of each app's
+    help page, for every key, is the value a fresh settings object holds, written as the command line takes it
+    (probes.attention's sentence, time_to_accuracy's levels, the schedule's name, null), or the config group that
+    fills a required one."""
     cls = cli.SCHEMAS[app]
     lines = help_table(cls).splitlines()
     fresh = cls()
@@ -321,8 +306,8 @@ def _ends(interval: str) -> tuple[list[tuple[str, str]], list[str]]:
 
 @pytest.mark.parametrize("key", sorted(RANGES))
 def test_every_bounded_setting_refuses_the_values_at_and_past_the_ends_help_states_and_takes_a_closed_end(key):
-    """docs/configuration.md: "Every setting is checked before anything runs: types, ranges, choices ..., all listed
-    in one message with exit code 2", and `python -m train --help` gives each setting's range. A share of the
+    """Every setting is checked before anything runs (types, ranges, choices, all listed in one message with exit
+    code 2), and `python -m train --help` gives each setting's range. A share of the
     training texts is in (0,1) (data.val_fraction=0 would otherwise reach the data stage after the run folder is
     made, a refusal there), a dropout or a label smoothing in [0,1) (1 would leave no signal to learn), a seed below
     2^32 (numpy's seeds): each range, written out above from --help, against what the check refuses and lets
@@ -348,7 +333,7 @@ def test_every_bounded_setting_of_the_schema_is_in_the_table_of_ranges():
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
 @pytest.mark.parametrize("key", ["trainer.lr", "trainer.warmup_epochs", "trainer.grad_clip", "trainer.weight_decay"])
 def test_a_number_that_is_not_finite_is_a_mistake_even_where_its_bound_would_hold(key, value):
-    """docs/configuration.md: "Every setting is checked before anything runs": trainer.lr=inf is above 0, yet no
+    """Every setting is checked before anything runs, finiteness too: trainer.lr=inf is above 0, yet no
     learning rate; inf and nan are refused as numbers before any bound is compared (inf would pass "> 0" and the run
     would diverge in its first epoch, or fail to build its schedule from an infinite warm-up)."""
     assert command_line_problems(f"{key}={value}") == [f"{key}={value}: must be a finite number."]

@@ -17,7 +17,7 @@ import commands
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_train
+from conftest import REPO, load_script, run_train
 from mha_textclf.runs.metrics import RunMetrics
 from test_search import assert_reports_describe, load_tiny_study, trial_folders_in, worker_command
 
@@ -108,10 +108,10 @@ def wait_for_submitit_job(sweep: Path, timeout: float = 120) -> str:
 
 
 def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(slurm_cluster, data_dir, tmp_path):
-    """Preemption (USR2) and a requeue by the cluster (SIGTERM), each on its own job, both at once (most of the time
-    is Slurm's requeue delay): each job continues in place, its sweep ends with its summary, and the run's history
-    is that of the same run never interrupted, every epoch once. They name no partition: docs/cluster.md, "the
-    cluster's default partition unless hydra.launcher.partition names one"."""
+    """Preemption (USR2) and a requeue by the cluster (SIGTERM), each on its own job, both at once (most of the time is
+    Slurm's requeue delay): each job continues in place, its sweep ends with its summary, and the run's history is that
+    of the same run never interrupted, every epoch once. They name no partition: a job goes to the cluster's default
+    partition unless hydra.launcher.partition names one."""
     launchers, sweeps = {}, {}
     for signal_name in INTERRUPTS:
         sweeps[signal_name] = tmp_path / signal_name
@@ -150,17 +150,10 @@ def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(
         pd.testing.assert_frame_equal(history[SAME_RESULTS], expected[SAME_RESULTS])
 
 
-def documented_array_command() -> tuple[list[str], list[str]]:
-    """The Slurm array command of docs/search.md: sbatch's options, and the search's own arguments."""
-    page = (REPO / "docs" / "search.md").read_text()
-    found = re.search(r'sbatch (.+?) --wrap "python -m search ?(.*?)"', page.replace("\\\n", " "))
-    assert found, "docs/search.md lost its sbatch --array command"
-    return shlex.split(found.group(1)), shlex.split(found.group(2))
-
-
 def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, data_dir, tmp_path):
     partition = slurm_cluster.partition
-    options, arguments = documented_array_command()
+    render = load_script("render_docs")  # the Slurm array example, as rendered into the docs
+    options, arguments = render.SLURM_ARRAY_OPTIONS, render.SLURM_ARRAY_ARGUMENTS
     study_dir, n_trials = tmp_path / "tiny", 6
     options = [re.sub(r"^--array=.*", "--array=1-2", o).replace("<partition>", partition)
                .replace("outputs/search/", f"{tmp_path}/") for o in options]
@@ -177,9 +170,9 @@ def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, dat
 
 
 def test_slurm_s_commands_find_the_cluster_without_slurm_conf_through_the_etc_link(slurm_cluster):
-    """docs/cluster.md: "When `/etc/slurm/slurm.conf` does not exist, the script links it to its own config, so Slurm's
-    commands and the launcher find the cluster without `SLURM_CONF`; otherwise export the `SLURM_CONF=...` line it
-    prints." The other tests pass SLURM_CONF, so they would not notice the link missing."""
+    """When /etc/slurm/slurm.conf does not exist, scripts/slurm_up.sh links it to its own config, so that Slurm's
+    commands and the launcher find the cluster without SLURM_CONF; otherwise it prints a SLURM_CONF=... line to export.
+    The other tests pass SLURM_CONF, so they would not notice the link missing."""
     etc, conf = Path("/etc/slurm/slurm.conf"), Path(slurm_cluster.env["SLURM_CONF"])
     assert etc.exists(), "scripts/slurm_up.sh left /etc/slurm/slurm.conf missing instead of linking its own config"
     if not etc.is_symlink():
@@ -192,8 +185,8 @@ def test_slurm_s_commands_find_the_cluster_without_slurm_conf_through_the_etc_li
 
 
 def test_slurm_up_takes_its_state_folder_from_the_argument_before_slurm_state_dir(slurm_cluster, tmp_path):
-    """docs/cluster.md: its state lives "in `/tmp/mha-textclf-slurm` (or the folder given as an argument, or
-    `$SLURM_STATE_DIR`)": the argument first, then the variable. Asked of the cluster that is up, which the script
+    """scripts/slurm_up.sh keeps the cluster's state in the folder given as an argument, else in $SLURM_STATE_DIR, else
+    in /tmp/mha-textclf-slurm: the argument first, then the variable. Asked of the cluster that is up, which the script
     then finds "already up" in the folder it was told, and leaves as it is."""
     state = Path(slurm_cluster.env["SLURM_CONF"]).parent
     # The fixture ran the script with no argument: the variable's folder, else the default.
@@ -223,8 +216,8 @@ def listening_addresses(port: int) -> set[str]:
 
 
 def test_slurmctld_and_slurmd_listen_on_127_0_0_1_only(slurm_cluster):
-    """docs/cluster.md: "slurmctld and slurmd listen on 127.0.0.1 only": their ports (from the cluster's slurm.conf)
-    are bound to loopback, not to every interface (0.0.0.0 or ::)."""
+    """slurmctld and slurmd listen on 127.0.0.1 only: their ports (from the cluster's slurm.conf) are bound to loopback,
+    not to every interface (0.0.0.0 or ::)."""
     conf = Path(slurm_cluster.env["SLURM_CONF"]).read_text()
     for key in ("SlurmctldPort", "SlurmdPort"):
         port = int(re.search(rf"^{key}=(\d+)$", conf, re.MULTILINE)[1])
@@ -232,8 +225,8 @@ def test_slurmctld_and_slurmd_listen_on_127_0_0_1_only(slurm_cluster):
 
 
 def test_the_cluster_has_one_partition_debug_holding_this_machine_s_cpus_and_memory(slurm_cluster):
-    """docs/cluster.md: "The cluster has one partition, `debug`, holding this machine with its real CPUs and memory"
-    (the name a user types as hydra.launcher.partition=debug)."""
+    """The cluster has one partition, debug, holding this machine with its real CPUs and memory (the name a user types
+    as hydra.launcher.partition=debug)."""
     (line,) = slurm("sinfo", "--noheader", "--format=%R %N %c %m", env=slurm_cluster.env).splitlines()
     partition, _, cpus, memory_mb = line.split()
     assert partition == slurm_cluster.partition == "debug"

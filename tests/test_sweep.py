@@ -124,11 +124,10 @@ def test_groups_average_over_seeds_and_compare_speed(tmp_path):
 
 
 def test_epoch_time_is_relative_to_the_fastest_variant_whichever_it_is(tmp_path):
-    """docs/results.md's "epoch time vs fastest" column (summary.md: "times and tokens/s are relative to the fastest
-    variant on this dataset"): here naive's epochs take 1 s, torch's 1.5 s and efficient's 2 s, so naive is the 1.00×,
-    not efficient, the reference, nor the first variant in the table's order. The ratio is of the "median epoch s"
-    beside it, not of "train s": naive trains 6 epochs (6 s), the others 2 (4 s and 3 s), as a run that patience
-    stopped trains fewer."""
+    """The "epoch time vs fastest" column is relative to the fastest variant on the dataset: here naive's epochs take
+    1 s, torch's 1.5 s and efficient's 2 s, so naive is the 1.00×, not efficient, the reference, nor the first variant
+    in the table's order. The ratio is of the "median epoch s" beside it, not of "train s": naive trains 6 epochs
+    (6 s), the others 2 (4 s and 3 s), as a run that patience stopped trains fewer."""
     for model, seconds, epochs in (("efficient", 2.0, 2), ("naive", 1.0, 6), ("torch", 1.5, 2)):
         fake_run(tmp_path / f"{model}_run", model=model, epoch_times=[seconds] * epochs)
     runs = runs_table(tmp_path)
@@ -151,9 +150,8 @@ def test_datasets_are_compared_side_by_side(tmp_path):
 
 
 def test_tokens_per_second_vs_fastest_is_against_the_fastest_variant_on_the_same_dataset(tmp_path):
-    """docs/comparing.md: 'epoch time and tokens/s relative to the fastest variant', and summary.md: 'times and
-    tokens/s are relative to the fastest variant on this dataset' (the README's '| efficient | True | ... | 1.00× |'):
-    a dataset whose runs are all slower than another's still has its own fastest at 1.00×."""
+    """Tokens/s, like epoch time, is relative to the fastest variant on the same dataset: a dataset whose runs are all
+    slower than another's still has its own fastest at 1.00×."""
     for i, (dataset, model, seconds) in enumerate([("bbc-news", "efficient", 10.0), ("bbc-news", "naive", 20.0),
                                                    ("r8", "efficient", 2.0), ("r8", "naive", 8.0)]):
         fake_run(tmp_path / f"{i}_run", model=model, dataset=dataset, epoch_seconds=seconds)
@@ -164,10 +162,9 @@ def test_tokens_per_second_vs_fastest_is_against_the_fastest_variant_on_the_same
 
 
 def test_tokens_per_second_vs_fastest_divides_the_runs_tokens_per_second_not_the_epoch_time_ratio(tmp_path):
-    """README.md's headline: '| efficient | False | 3 | 3 | 1.71 ± 0.15 | 1.00× | 0.99× |' and '| naive | False | ... |
-    1.61× | 0.60× |': tokens/s vs fastest is its own column, the group's mean tokens/s (metrics.json's
-    tokens_per_second) over the most of its dataset, not the inverse of epoch time vs fastest. Here naive's epochs
-    take twice as long but it trains 1.6 times the tokens in them."""
+    """tokens/s vs fastest is its own column, the group's mean tokens/s (metrics.json's tokens_per_second) over the
+    most of its dataset, not the inverse of epoch time vs fastest (the variant fastest per epoch, at 1.00×, may read
+    0.99× in tokens/s). Here naive's epochs take twice as long but it trains 1.6 times the tokens in them."""
     for seed in (0, 1):
         fake_run(tmp_path / f"{seed}_efficient", model="efficient", seed=seed, epoch_seconds=10.0)  # 50 tokens/s
         fake_run(tmp_path / f"{seed}_naive", model="naive", seed=seed, epoch_seconds=20.0)
@@ -212,8 +209,8 @@ def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
 
 
 def test_summary_csv_is_the_runs_table_with_a_column_for_every_setting_that_differs(tmp_path):
-    """docs/comparing.md: summary.csv is the per-run table, every setting that differs between runs a column (read
-    from each run's config.yaml); what is the same in every run, or only where things are, is not. Each run's own
+    """summary.csv is the per-run table, every setting that differs between runs a column (read from each run's
+    config.yaml); what is the same in every run, or only where things are, is not. Each run's own
     config.yaml, with the values it ran with, not Hydra's .hydra/config.yaml beside it, which keeps an override such
     as model.dropout=${oc.env:DROPOUT} as it was typed, the same string in every run."""
     for i, dropout in enumerate([0.1, 0.3, 0.3]):
@@ -231,8 +228,8 @@ def test_summary_csv_is_the_runs_table_with_a_column_for_every_setting_that_diff
 
 
 def test_summary_csv_holds_the_runs_table_s_columns_and_nothing_else(tmp_path):
-    """docs/comparing.md: "`summary.csv`: the per-run table": one column per column of the runs table (pandas' row
-    index is no column of it), and one row per run, each value the table's; read back, it is the runs table."""
+    """summary.csv is the per-run table: one column per column of the runs table (pandas' row index is no column of
+    it), and one row per run, each value the table's; read back, it is the runs table."""
     for i, dropout in enumerate([0.1, 0.3]):
         fake_run(tmp_path / f"{i}_run", seed=i, model__dropout=dropout)
     write_summary(tmp_path)
@@ -327,8 +324,8 @@ def test_a_finished_sweep_run_again_through_a_launcher_trains_nothing(launched, 
     assert again.returncode == 0, again.stderr[-3000:]
     assert {job: fingerprint(job) for job in sweep.glob("[01]_*")} == before
     assert len(before) == 2 and all(files.read_status(job)["attempt"] == 1 for job in before)
-    # docs/comparing.md: "A sweep run again records its own jobs: one that found its run finished, the seconds it
-    # took to see that" (its job.json is this sweep's), while the run's training seconds stay its own.
+    # A sweep run again records its own jobs: a job that found its run finished records the seconds it took to see
+    # that (its job.json is this sweep's), while the run's training seconds stay its own.
     for job, first_time in trained.items():
         record = JobRecord.read(job)
         assert record.started_at > first_time.ended_at and record.status == "COMPLETED"
@@ -340,22 +337,23 @@ def test_slurm_config_composes_over_submitit():
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert cfg.hydra.launcher.partition == "gpu" and cfg.hydra.launcher.cpus_per_task == 4
-    # docs/cluster.md: each job's defaults are 4 CPUs, 16 GB, 60 minutes, up to 3 requeues at the time limit, the
-    # warning signal 120 s before it; and any key can be overridden on the command line.
+    # Each job's defaults are 4 CPUs, 16 GB, 60 minutes, up to 3 requeues at the time limit, the warning signal 120 s
+    # before it; and any key can be overridden on the command line.
     job = cfg.hydra.launcher
     assert (job.mem_gb, job.timeout_min, job.max_num_timeout, job.signal_delay_s) == (16, 60, 3, 120)
     assert job.gpus_per_node == 0 and job.nodes == job.tasks_per_node == 1
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.mem_gb=1",
                           "hydra.launcher.timeout_min=30", "hydra.launcher.qos=high"], hydra_config=True)
     assert (cfg.hydra.launcher.mem_gb, cfg.hydra.launcher.timeout_min, cfg.hydra.launcher.qos) == (1, 30, "high")
-    # docs/cluster.md: "the cluster's default partition unless hydra.launcher.partition names one": submitit leaves
-    # --partition out of the batch script where it is null (test_slurm submits a sweep that way).
+    # No partition by default: a job goes to the cluster's default partition unless hydra.launcher.partition names
+    # one, as submitit leaves --partition out of the batch script where it is null (test_slurm submits a sweep that
+    # way).
     assert compose_config(["hydra/launcher=slurm"], hydra_config=True).hydra.launcher.partition is None
 
 
 def test_submitit_keeps_its_own_files_in_the_sweep_folder_under_submitit_and_the_job_id():
-    """docs/cluster.md: "submitit's own files (each job's batch script, stdout/stderr, pickles) go to
-    `<sweep folder>/.submitit/<job id>/`", beside the job folders and out of their names (the Slurm tests, which need
+    """submitit's own files (each job's batch script, stdout/stderr, pickles) go to
+    `<sweep folder>/.submitit/<job id>/`, beside the job folders and out of their names (the Slurm tests, which need
     a cluster, look there for a job's output)."""
     require_plugin("hydra_submitit_launcher")
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"], hydra_config=True)
@@ -396,11 +394,10 @@ def test_time_to_accuracy_per_run_and_per_group(tmp_path):
 
 
 def test_a_time_to_accuracy_few_runs_reached_is_their_mean_and_says_how_many_of_the_runs(tmp_path):
-    """docs/results.md (the table's row "bbc-news | efficient | True | ... | 19.1 (1 of 3 runs) |") and its heading
-    ""s to val acc x" is the training seconds until validation accuracy first reached x": of 3 runs, 2 reached 0.85
-    (in 4 and 6 s) and 1 reached 0.9 (in 19.1 s); a level reached by some runs is the mean over those, and says how
-    many of the group's runs they are, not how many missed it. docs/comparing.md: "mean ± std over the runs that
-    reached it, "2 of 3 runs" when some did not": runs, not seeds (seed 0 ran twice here: 3 runs, 2 seeds)."""
+    """The column "s to val acc x" is the training seconds until validation accuracy first reached x, a mean ± std
+    over the runs that reached it: of 3 runs, 2 reached 0.85 (in 4 and 6 s) and 1 reached 0.9 (in 19.1 s); a level
+    reached by some runs is the mean over those, and says how many of the group's runs they are ("2 of 3 runs"), not
+    how many missed it: runs, not seeds (seed 0 ran twice here: 3 runs, 2 seeds)."""
     reached = [{"0.85": 4.0, "0.9": 19.1, "0.95": None}, {"0.85": 6.0, "0.9": None, "0.95": None},
                {"0.85": None, "0.9": None, "0.95": None}]
     for run, (seed, seconds) in enumerate(zip([0, 0, 1], reached, strict=True)):
@@ -417,9 +414,9 @@ def test_a_time_to_accuracy_few_runs_reached_is_their_mean_and_says_how_many_of_
 
 
 def test_an_interrupted_run_is_listed_but_not_pooled_into_its_group_s_runs_and_means(tmp_path):
-    """docs/performance.md's tables ("| naive | False | 3 | 24.28 ± 1.16 | ..."): a group's `runs` and each mean ± std
-    are over its runs that finished (groups_table: "among finished runs"). A run stopped by a signal keeps its row in
-    the runs table, marked interrupted; its accuracy and times, from an unfinished training, join no mean."""
+    """A group's `runs` and each mean ± std are over its runs that finished (groups_table: "among finished runs"). A
+    run stopped by a signal keeps its row in the runs table, marked interrupted; its accuracy and times, from an
+    unfinished training, join no mean."""
     for seed, (accuracy, seconds) in enumerate([(0.6, 4.0), (0.8, 6.0), (0.3, 1.0)]):
         fake_run(tmp_path / f"{seed}_run", seed=seed, accuracy=accuracy)
         edit_metrics(tmp_path / f"{seed}_run", time_to_accuracy={"0.5": seconds})
@@ -435,9 +432,9 @@ def test_an_interrupted_run_is_listed_but_not_pooled_into_its_group_s_runs_and_m
 
 
 def test_a_time_to_accuracy_three_runs_reached_is_their_mean_not_their_median(tmp_path):
-    """docs/results.md: "Mean ± std over seeds 0, 1, 2, as the sweep's `summary.md` gives them", the time columns
-    too (the defaults table's "11.0 ± 3.4" of "s to val acc 0.95"). Three runs reach 0.9 in 2, 3 and 10 s: their
-    mean, 5.0, is not their median, 3.0 (with the two runs of the other tests' levels the two read the same)."""
+    """The time columns, like the accuracies, are a mean ± std over the group's runs. Three runs reach 0.9 in 2, 3
+    and 10 s: their mean, 5.0, is not their median, 3.0 (with the two runs of the other tests' levels the two read
+    the same)."""
     seconds = np.array([2.0, 3.0, 10.0])
     for seed, reached in enumerate(seconds):
         fake_run(tmp_path / f"{seed}_run", seed=seed)
@@ -473,8 +470,8 @@ def paired_sweep(folder, ratios=(1.45, 1.5, 1.55), naive_articles=(0, 0, -2), pe
 
 
 def test_the_speed_ratio_pairs_each_seed_with_the_reference_s_run_of_the_same_seed(tmp_path):
-    """README.md: 'Against `efficient`, paired over the seeds they share (a ratio above 1: more seconds per epoch)':
-    efficient's epochs take 1, 2 and 4 s at seeds 0, 1, 2 and naive's 1.5 times its own seed's, so each pair is
+    """The epoch time against the reference is a ratio paired over the seeds both ran (above 1: more seconds per
+    epoch): efficient's epochs take 1, 2 and 4 s at seeds 0, 1, 2 and naive's 1.5 times its own seed's, so each pair is
     exactly 1.5 and the interval has no width; paired across seeds, the ratios would spread from 0.375 to 6."""
     for seed, seconds in enumerate([1.0, 2.0, 4.0]):
         for model, factor in (("efficient", 1.0), ("naive", 1.5)):
@@ -491,20 +488,10 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
     assert text.index("## The answer: bbc-news") < text.index("## By dataset") < text.index("## Runs")
 
     variants = {(r["model"], r["pe"]): r for r in md_table(text, "## The answer: bbc-news")}
-    # The README's tables are copies of a CPU sweep's: the same columns, in the same order.
-    readme = (REPO / "README.md").read_text()
-    headline = md_table(readme, "<!-- headline: regenerated from summary.md -->")
-    assert list(headline[0]) == list(variants["naive", "False"])
-    # Rows in the README's order: by model, then pe=False before pe=True.
-    assert [(r["model"], r["pe"]) for r in headline] == sorted((r["model"], r["pe"]) for r in headline)
+    # Rows by model, then pe=False before pe=True.
     assert list(variants) == [("efficient", "False"), ("efficient", "True"), ("naive", "False"), ("naive", "True")]
-    # Copies down to the Markdown: the header rule under the header line is the README's, "|---|---|...|".
-    rules = [[line for line in page.split(heading, 1)[1].splitlines() if line.startswith("|")][1]
-             for page, heading in ((readme, "<!-- headline: regenerated from summary.md -->"),
-                                   (text, "## The answer: bbc-news"))]
-    assert rules[0] == rules[1] == "|" + "---|" * len(headline[0])
-    assert list(md_table(readme, "Against `efficient`, paired over the seeds they share")[0]) == list(
-        md_table(text, "### Against efficient (the reference)")[0])
+    assert [line for line in text.split("## The answer: bbc-news", 1)[1].splitlines() if line.startswith("|")][1] == (
+        "|" + "---|" * len(variants["naive", "False"]))
     assert variants["naive", "False"]["runs"] == variants["naive", "False"]["seeds"] == "3"
     assert variants["efficient", "False"]["epoch time vs fastest"] == "1.00×"
     assert variants["naive", "False"]["epoch time vs fastest"] == "1.50×"  # mean of medians 1.45, 1.5, 1.55
@@ -551,7 +538,7 @@ def test_the_answer_comes_first_and_compares_against_the_reference(tmp_path):
 
 
 def test_a_pe_true_variant_is_compared_against_the_reference_with_pe_true_not_pe_false(tmp_path):
-    """docs/comparing.md: "each variant **against a reference** variant ... with the same pe and settings". In
+    """Each variant is compared against the reference variant with the same pe and settings. In
     paired_sweep naive with PE gives efficient-with-PE's validation accuracies at every seed and its test accuracies
     within two articles, while PE itself costs 3 points: put against efficient without PE, naive with PE would read
     "lower by 3.0 points"."""
@@ -566,11 +553,10 @@ def test_a_pe_true_variant_is_compared_against_the_reference_with_pe_true_not_pe
 
 
 def test_epoch_time_is_the_median_training_epoch_the_validation_after_it_left_out(tmp_path):
-    """docs/comparing.md: each variant's "median training epoch in seconds, epoch time and tokens/s relative to the
-    fastest variant", and the pairs' "epoch time as a ratio"; summary.md: "Epoch time is the median training epoch
-    (validation excluded)"; README: '"train s" counts training passes only'. history.csv times each epoch's
-    validation apart (eval_seconds): here efficient trains an epoch in 1 s and validates it in 2 s, naive trains in
-    2 s and validates in 0.1 s, so counting validation would make naive the faster."""
+    """Epoch time is the median training epoch, validation excluded: in each variant's "median epoch s", its "epoch
+    time vs fastest" and the pairs' epoch time ratio; "train s" counts training passes only. history.csv times each
+    epoch's validation apart (eval_seconds): here efficient trains an epoch in 1 s and validates it in 2 s, naive
+    trains in 2 s and validates in 0.1 s, so counting validation would make naive the faster."""
     for seed in range(3):
         for model, train, validation in (("efficient", 1.0, 2.0), ("naive", 2.0, 0.1)):
             fake_run(tmp_path / f"{model}_{seed}", model=model, seed=seed, epoch_times=[train] * 6,
@@ -587,9 +573,9 @@ def test_epoch_time_is_the_median_training_epoch_the_validation_after_it_left_ou
 
 
 def test_peak_rss_in_training_is_the_fit_stage_s_not_the_highest_of_the_run(tmp_path):
-    """docs/comparing.md: "peak memory while training (the process's peak RSS from `stages.fit` in `metrics.json`
-    ...)". A run's other stages (loading data, the tokenizer, encoding, the reports) peak higher here, as the
-    process's peak may; the table shows the training stage's alone: 500, 510 and 520 MB over the seeds."""
+    """Peak memory while training is the process's peak RSS in the fit stage (`stages.fit` in `metrics.json`). A
+    run's other stages (loading data, the tokenizer, encoding, the reports) peak higher here, as the process's peak
+    may; the table shows the training stage's alone: 500, 510 and 520 MB over the seeds."""
     for seed in range(3):
         fake_run(tmp_path / f"efficient_{seed}", seed=seed, stages={
             "data": {"seconds": 1.0, "peak_memory_mb": 900.0}, "tokenizer": {"seconds": 1.0, "peak_memory_mb": 950.0},
@@ -603,10 +589,9 @@ def test_peak_rss_in_training_is_the_fit_stage_s_not_the_highest_of_the_run(tmp_
 
 
 def test_peak_cuda_in_training_is_the_fit_stage_s_not_the_highest_of_the_run(tmp_path):
-    """docs/comparing.md: "peak memory while training (the process's peak RSS from `stages.fit` in `metrics.json`,
-    and CUDA's peak allocation on a GPU)": the CUDA column, too, is the training stage's. A GPU run's reports (the
-    test split evaluated, the probes) peak higher here; summary.csv and summary.md show the fit stage's alone: 100,
-    120 and 140 MB over the seeds."""
+    """On a GPU, peak memory while training includes CUDA's peak allocation, and that column, too, is the training
+    stage's (`stages.fit` in `metrics.json`). A GPU run's reports (the test split evaluated, the probes) peak higher
+    here; summary.csv and summary.md show the fit stage's alone: 100, 120 and 140 MB over the seeds."""
     for seed in range(3):
         fake_run(tmp_path / f"efficient_{seed}", seed=seed, stages={
             "encode": {"seconds": 1.0, "peak_memory_mb": 900.0, "peak_cuda_mb": 0.0},
@@ -618,34 +603,24 @@ def test_peak_cuda_in_training_is_the_fit_stage_s_not_the_highest_of_the_run(tmp
     assert variant["peak CUDA in training, MB"] == "120 ± 20"
 
 
-def test_docs_results_tables_are_the_summarys_own_by_group_and_pe_against_no_pe(tmp_path):
-    """docs/results.md: "Mean ± std over seeds 0, 1, 2, as the sweep's `summary.md` gives them", and "pe=True against
-    pe=False, paired over the seeds they share, from the same `summary.md`": the page's defaults table has the columns
-    of summary.md's table of every metric by group, in their order (a sweep with job records, at the default levels
-    0.85, 0.9, 0.95), and its pe table those of summary.md's, each row's pe reading "True vs False"."""
-    page = (REPO / "docs" / "results.md").read_text()
-    for model in ("efficient", "naive"):
-        for pe in (False, True):
-            for seed in (0, 1):
-                folder = tmp_path / f"{model}_{pe}_{seed}"
-                fake_run(folder, model=model, pe=pe, seed=seed, n_samples=1000, epoch_times=[1.0] * 6)
-                edit_metrics(folder, time_to_accuracy={"0.85": 1.0, "0.9": 2.0, "0.95": None})
-                JobRecord(job=seed, overrides=[f"seed={seed}"], started_at="2026-01-01T00:00:00.000+00:00",
-                          ended_at="2026-01-01T00:00:08.000+00:00", wall_seconds=8.0, host="node", pid=seed,
-                          status="COMPLETED").write(folder)
-    write_summary(tmp_path)
-    text = (tmp_path / "summary.md").read_text()
-    assert list(md_table(text, "## By dataset")[0]) == list(md_table(page, "**Defaults**")[0])
-    documented = md_table(page, "pe=True against pe=False, paired over the seeds they share")
-    summary = md_table(text, "### pe=True against pe=False")
-    assert list(summary[0]) == list(documented[0])
-    assert {row["pe"] for row in documented} == {row["pe"] for row in summary} == {"True vs False"}
-    assert [row["model"] for row in summary] == ["efficient", "naive"]
+def test_the_tables_the_docs_record_from_a_sweep_are_its_summary_s_own(tmp_path, monkeypatch):
+    """scripts/render_docs.py --results NAME=<sweep> records the answer of a sweep's summary (each variant, and each
+    against the reference, paired), and renders each table as summary.md shows it, cell for cell."""
+    paired_sweep(tmp_path / "sweep")
+    write_summary(tmp_path / "sweep")
+    text = (tmp_path / "sweep" / "summary.md").read_text()
+    render = load_script("render_docs", monkeypatch)
+    monkeypatch.setattr(render, "RESULTS", tmp_path / "results")
+    render.record_results("a-sweep", tmp_path / "sweep")
+    for table, heading in (("variants", "## The answer: bbc-news"), ("against", "### Against efficient")):
+        rendered = render.result_table("a-sweep", table)
+        shown = [line for line in text.split(heading, 1)[1].splitlines()[1:] if line.startswith("|") or not line]
+        assert rendered.splitlines() == "\n".join(shown).strip().split("\n\n")[0].splitlines(), table
 
 
 def test_each_dataset_gets_its_own_answer_with_its_own_runs_and_comparisons(tmp_path):
-    """docs/comparing.md: summary.md "opens with **the answer**, one section per dataset": each section holds the
-    variants of its dataset alone, their times relative to that dataset's fastest, and the comparisons among them."""
+    """summary.md opens with the answer, one section per dataset: each section holds the variants of its dataset
+    alone, their times relative to that dataset's fastest, and the comparisons among them."""
     for dataset, accuracy, naive_seconds in (("bbc-news", 0.9, 3.0), ("r8", 0.6, 4.0)):
         for model, seconds in (("efficient", 2.0), ("naive", naive_seconds)):
             fake_run(tmp_path / f"{dataset}_{model}", model=model, dataset=dataset, accuracy=accuracy,
@@ -675,8 +650,8 @@ def test_without_the_reference_the_fastest_variant_is_named_instead(tmp_path):
 
 
 def test_summarize_without_a_reference_writes_the_hooks_summary_against_efficient(tmp_path):
-    """docs/comparing.md: `python scripts/summarize.py <folder>` "writes the same" as the end-of-sweep hook, whose
-    reference is efficient; `--reference torch` is what compares against another variant."""
+    """`python scripts/summarize.py <folder>` writes the same summary as the end-of-sweep hook, whose reference is
+    efficient; `--reference torch` is what compares against another variant."""
     for model, seconds in (("torch", 2.0), ("efficient", 2.5), ("naive", 3.0)):
         fake_run(tmp_path / model, model=model, epoch_times=[seconds] * 6)
     write_summary(tmp_path)  # what SweepSummary writes at the end of a sweep
@@ -702,9 +677,9 @@ def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
 
 
 def test_summarize_writes_the_summary_and_each_plot_into_the_folder_and_no_sweep_record(tmp_path, monkeypatch):
-    """docs/comparing.md: `python scripts/summarize.py <folder>` writes the same as the sweep's hook (summary.md,
-    summary.csv, accuracy_vs_time.png, memory.png, loss_curves.png) "except sweep.json, which only the sweep itself
-    can measure": each plot into its own file, read back as a PNG."""
+    """`python scripts/summarize.py <folder>` writes the same files as the sweep's hook (summary.md, summary.csv,
+    accuracy_vs_time.png, memory.png, loss_curves.png) except sweep.json, which only the sweep itself can measure:
+    each plot into its own file, read back as a PNG."""
     for seed in (0, 1):
         fake_run(tmp_path / f"{seed}_run", seed=seed, stages={"fit": {"peak_memory_mb": 600.0}})
     saved = capture_figures(monkeypatch)
@@ -719,10 +694,10 @@ def test_summarize_writes_the_summary_and_each_plot_into_the_folder_and_no_sweep
 
 
 def test_summarize_finds_the_run_folders_at_any_depth_of_outputs(tmp_path):
-    """docs/comparing.md: `python scripts/summarize.py <folder>` writes the summary "for any folder that holds run
-    folders, at any depth (for example `outputs/runs`...)"; and of the baseline, "`scripts/summarize.py outputs` puts
-    it in the same table". outputs/ as the configs lay it out: a single run in runs/<stamp>/, a sweep's jobs in
-    multirun/<stamp>/<job>/, a baseline sweep's in baselines/multirun/<stamp>/<job>/."""
+    """`python scripts/summarize.py <folder>` summarises any folder that holds run folders, at any depth, so
+    `scripts/summarize.py outputs` puts the baseline's runs in the same table as the trained ones. outputs/ as the
+    configs lay it out: a single run in runs/<stamp>/, a sweep's jobs in multirun/<stamp>/<job>/, a baseline sweep's
+    in baselines/multirun/<stamp>/<job>/."""
     outputs = tmp_path / "outputs"
     runs = {"runs/2026-01-01_10-00-00-000000_efficient_pe-False": ("efficient", 2),
             "multirun/2026-01-01_11-00-00-000000/0_seed-0": ("efficient", 0),
@@ -788,8 +763,8 @@ def test_repeats_of_a_seed_are_runs_not_seeds(tmp_path):
 
 
 def test_one_run_beyond_the_seeds_is_already_called_a_repeat(tmp_path):
-    """docs/comparing.md: "how many runs and how many distinct seeds (runs beyond the seeds are repeats of a seed, and
-    are called that)". naive ran seed 0 twice and seed 1 once: 3 runs, 2 seeds, one repeat, and the answer says its ±
+    """The answer gives how many runs and how many distinct seeds; runs beyond the seeds are repeats of a seed, and
+    are called that. naive ran seed 0 twice and seed 1 once: 3 runs, 2 seeds, one repeat, and the answer says its ±
     is partly a spread between repeats; efficient, one run per seed, has none."""
     for i, seed in enumerate([0, 0, 1]):
         fake_run(tmp_path / f"naive_{i}", model="naive", seed=seed, accuracy=0.9, n_samples=1000)
@@ -804,8 +779,8 @@ def test_one_run_beyond_the_seeds_is_already_called_a_repeat(tmp_path):
 
 
 def test_the_accuracy_of_a_seed_run_three_times_is_the_mean_of_its_runs_before_pairing(tmp_path):
-    """docs/comparing.md: "paired over the seeds both ran (a seed's repeats: their epochs pooled, their accuracies
-    averaged)". naive ran seed 0 three times (0.90, 0.90, 0.99: mean 0.93, where the median or the first run says
+    """A comparison pairs the seeds both variants ran, a seed's repeats with their accuracies averaged (their epochs
+    pooled). naive ran seed 0 three times (0.90, 0.90, 0.99: mean 0.93, where the median or the first run says
     0.90) and seed 1 once (0.91); efficient 0.90 at both. The differences are +3 and +1 points: +2.0 points, +20 of
     1000 articles, with scipy's t interval on them."""
     for i, (seed, accuracy) in enumerate([(0, 0.90), (0, 0.90), (0, 0.99), (1, 0.91)]):
@@ -822,8 +797,8 @@ def test_the_accuracy_of_a_seed_run_three_times_is_the_mean_of_its_runs_before_p
 
 
 def test_pe_true_against_pe_false_counts_and_pairs_only_the_seeds_both_ran(tmp_path):
-    """docs/results.md: "pe=True against pe=False, paired over the seeds they share", its table's "shared seeds"
-    column. pe=True ran seeds 0, 1 and 2 (0.90, 0.90, then 0.50), pe=False only 0 and 1 (0.90 at both, its seed 2
+    """pe=True against pe=False is paired over the seeds both ran, and its "shared seeds" column counts them.
+    pe=True ran seeds 0, 1 and 2 (0.90, 0.90, then 0.50), pe=False only 0 and 1 (0.90 at both, its seed 2
     failed, say): 2 shared seeds, identical at both; seed 2 is in neither the count nor the difference."""
     for seed, accuracy in enumerate([0.90, 0.90, 0.50]):
         fake_run(tmp_path / f"efficient_True_{seed}", pe=True, seed=seed, accuracy=accuracy, n_samples=1000)
@@ -836,8 +811,9 @@ def test_pe_true_against_pe_false_counts_and_pairs_only_the_seeds_both_ran(tmp_p
 
 
 def test_the_rules_are_printed_under_the_comparisons_of_a_sweep_of_one_model_too(tmp_path):
-    """docs/comparing.md: "the rules, printed under the tables". A sweep of one model over pe has no table against a
-    reference, only pe=True against pe=False: the rules follow that table, word for word comparison.RULES."""
+    """The rules for reading the comparisons are printed under their tables. A sweep of one model over pe has no
+    table against a reference, only pe=True against pe=False: the rules follow that table, word for word
+    comparison.RULES."""
     for seed in (0, 1):
         for pe in (True, False):
             fake_run(tmp_path / f"efficient_{pe}_{seed}", pe=pe, seed=seed, accuracy=0.9, n_samples=1000)
@@ -849,8 +825,8 @@ def test_the_rules_are_printed_under_the_comparisons_of_a_sweep_of_one_model_too
 
 
 def test_the_epoch_time_of_a_seed_run_twice_is_the_median_of_both_runs_epochs_pooled(tmp_path):
-    """docs/comparing.md: "paired over the seeds both ran (a seed's repeats: their epochs pooled, their accuracies
-    averaged): epoch time as a ratio". naive ran seed 0 twice, 3 epochs of 1 s then 7 of 2 s; pooled, their median
+    """Epoch time is compared as a ratio paired over the seeds both variants ran, a seed's repeats with their epochs
+    pooled. naive ran seed 0 twice, 3 epochs of 1 s then 7 of 2 s; pooled, their median
     is 2 s: twice efficient's 1 s (the first run alone says 1×, the mean of the two runs' medians 1.5×)."""
     repeats = ([1.0] * 3, [2.0] * 7)
     for i, times in enumerate(repeats):
@@ -892,7 +868,7 @@ def test_the_memory_panel_shows_each_variant_mean_and_range(tmp_path):
 
 
 def test_memory_is_said_not_to_compare_only_when_jobs_shared_a_process(tmp_path):
-    """docs/comparing.md: summary.md notes when the jobs shared one process (the basic launcher; joblib's workers run
+    """summary.md notes when the jobs shared one process (the basic launcher; joblib's workers run
     several jobs each), since a later job's peak RSS then holds what earlier jobs left behind; jobs that each had a
     process of their own (submitit_local, Slurm), and runs without a job record, are compared as they are."""
     def sweep(name: str, pids: list[int | None]) -> str:
@@ -914,9 +890,9 @@ def test_memory_is_said_not_to_compare_only_when_jobs_shared_a_process(tmp_path)
 
 
 def test_summary_md_gives_the_answer_then_the_sweeps_record_then_every_metric_by_group_then_every_run(tmp_path):
-    """docs/comparing.md: summary.md "opens with **the answer**, one section per dataset", "then **the sweep's own
-    record** (its wall time ... and the jobs' wall times against their training seconds), every metric by group ...,
-    and one row per run": its sections in that order, each once."""
+    """summary.md opens with the answer, one section per dataset, then the sweep's own record (its wall time and the
+    jobs' wall times against their training seconds), every metric by group, and one row per run: its sections in
+    that order, each once."""
     for num, model in enumerate(("efficient", "naive")):
         fake_run(tmp_path / f"{num}_model-{model}", model=model, n_samples=1000, epoch_times=[1.0 + num] * 6)
         JobRecord(job=num, overrides=[f"model={model}"], started_at="2026-01-01T00:00:00.000+00:00",
@@ -930,10 +906,9 @@ def test_summary_md_gives_the_answer_then_the_sweeps_record_then_every_metric_by
 
 
 def test_the_note_on_jobs_that_shared_a_process_says_how_to_compare_memory(tmp_path):
-    """docs/comparing.md: the note when the jobs shared one process, since their peak RSS "does not compare variants":
-    "run them with `hydra/launcher=submitit_local`, one fresh process per job, or use `scripts/benchmark.py`, to
-    compare memory". (README, The answer: "these 18 jobs shared one process; docs/comparing.md says how to measure it
-    per variant".)"""
+    """When the jobs shared one process their peak RSS does not compare variants, and the note says so and how to
+    compare memory instead: run them with `hydra/launcher=submitit_local`, one fresh process per job, or use
+    `scripts/benchmark.py`."""
     for num in (0, 1):
         fake_run(tmp_path / f"{num}_seed-{num}", seed=num, stages={"fit": {"peak_memory_mb": 600.0 + num}})
         JobRecord(job=num, overrides=[f"seed={num}"], started_at="2026-01-01T00:00:00.000+00:00",
@@ -947,7 +922,7 @@ def test_the_note_on_jobs_that_shared_a_process_says_how_to_compare_memory(tmp_p
 
 
 def test_jobs_on_different_hosts_with_the_same_pid_did_not_share_a_process(tmp_path):
-    """docs/comparing.md: the note comes "when the jobs shared one process". A process is a pid on a host: Slurm jobs
+    """The note comes only when the jobs shared one process. A process is a pid on a host: Slurm jobs
     on two nodes may well have the same pid, each its own process (and its own peak RSS), while jobs with one pid on
     one host shared it."""
     for num, (host, pid) in enumerate([("node1", 4242), ("node2", 4242), ("node2", 4242)]):
@@ -979,8 +954,8 @@ def assert_readable(ax, points):
 
 def test_accuracy_vs_time_reads_at_a_glance(tmp_path):
     """The issue's sweep: 8 to 19 training seconds, where matplotlib's log axis read 8×10⁰, 9×10⁰, 10¹ and put
-    two variants past the last tick. docs/comparing.md: "the legend (outside the axes) naming each variant, its pe
-    and its number of runs": laid out, the legend's box and the axes' do not meet."""
+    two variants past the last tick. The legend, outside the axes, names each variant, its pe and its number of runs:
+    laid out, the legend's box and the axes' do not meet."""
     for i, (model, pe, seconds, accuracy) in enumerate([("efficient", True, 8.1, 0.92), ("naive", True, 12.4, 0.925),
                                                         ("torch", True, 18.9, 0.924), ("efficient", False, 8.3, 0.95)]):
         fake_run(tmp_path / f"{i}_run", model=model, pe=pe, seed=0, accuracy=accuracy, epoch_times=[seconds])
@@ -1021,8 +996,8 @@ def test_accuracy_vs_time_over_decades_has_plain_log_ticks(tmp_path):
 
 @pytest.mark.parametrize(("slowest", "scale"), [(9.5, "linear"), (10.5, "log")])
 def test_accuracy_vs_time_takes_a_log_axis_once_the_times_span_more_than_10x(tmp_path, slowest, scale):
-    """docs/comparing.md: "ticks are plain numbers that bracket every point (a log axis with 1-2-5 ticks only when the
-    times span more than 10×)": 1 to 9.5 training seconds stay linear, 1 to 10.5 go on a log axis."""
+    """Ticks are plain numbers that bracket every point, on a log axis with 1-2-5 ticks only when the times span more
+    than 10×: 1 to 9.5 training seconds stay linear, 1 to 10.5 go on a log axis."""
     for i, seconds in enumerate([1.0, 3.0, slowest]):
         fake_run(tmp_path / f"{i}_run", seed=i, accuracy=0.9, epoch_times=[seconds])
     (ax,) = plot_accuracy_vs_time(runs_table(tmp_path)).axes
@@ -1032,8 +1007,8 @@ def test_accuracy_vs_time_takes_a_log_axis_once_the_times_span_more_than_10x(tmp
 
 
 def test_accuracy_vs_time_plots_each_runs_test_accuracy_against_its_training_seconds(tmp_path):
-    """docs/comparing.md: test accuracy against training seconds, one point per run (not validation accuracy, not
-    the median epoch: runs of several epochs, and validation apart from test)."""
+    """accuracy_vs_time.png plots test accuracy against training seconds, one point per run (not validation
+    accuracy, not the median epoch: runs of several epochs, and validation apart from test)."""
     runs = [("efficient", 0, [2.0, 3.0, 4.0], 0.80, 0.91), ("efficient", 1, [2.5, 2.5, 2.5], 0.82, 0.93),
             ("naive", 0, [6.0, 7.0], 0.70, 0.88)]
     for i, (model, seed, times, val, test) in enumerate(runs):
@@ -1046,7 +1021,7 @@ def test_accuracy_vs_time_plots_each_runs_test_accuracy_against_its_training_sec
 
 
 def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
-    """docs/comparing.md: "the mean over the variant's runs, with the lowest-to-highest run as a band": naive pe=False
+    """Each loss curve is the mean over the variant's runs, with the lowest-to-highest run as a band: naive pe=False
     over three runs, pe=True over two (a band from two runs too), and torch's single run a line without one."""
     # Three runs, one far above the others: their mean, not their median (the two agree for two runs).
     curves = [[(1.0, 1.2), (0.6, 1.0), (0.4, 0.9)], [(1.2, 1.4), (0.8, 1.1), (0.5, 1.0)],
@@ -1078,8 +1053,8 @@ def test_loss_curves_are_the_mean_with_the_spread_as_a_band(tmp_path):
 
 
 def test_loss_curves_have_one_panel_per_model_each_drawing_only_its_own_runs(tmp_path):
-    """docs/comparing.md: "loss_curves.png: train (solid) and val (dashed) loss per epoch, one panel per model, one
-    colour per pe": each panel is titled with its model and draws the mean over that model's runs alone, in the colour
+    """loss_curves.png draws train (solid) and val (dashed) loss per epoch, one panel per model, one colour per pe:
+    each panel is titled with its model and draws the mean over that model's runs alone, in the colour
     of each pe value, the same colour for a pe value in every panel."""
     curves = {("efficient", False): [(1.0, 1.2), (0.6, 1.0)], ("efficient", True): [(1.1, 1.3), (0.7, 1.1)],
               ("naive", False): [(3.0, 3.2), (2.0, 2.6)]}
@@ -1100,7 +1075,7 @@ def test_loss_curves_have_one_panel_per_model_each_drawing_only_its_own_runs(tmp
 
 
 def test_loss_curves_keep_one_colour_per_variant_in_every_panel_when_the_sweep_varies_another_setting(tmp_path):
-    """docs/comparing.md: "one colour per pe (per pe and setting when the sweep varies another setting)": with two
+    """The loss curves take one colour per pe, per pe and setting when the sweep varies another setting: with two
     models at two dropouts, each dropout has one colour in both panels, the legend's, and the two colours differ (the
     second panel once drew both in a third colour, one the legend did not have)."""
     for model in ("efficient", "naive"):
@@ -1135,7 +1110,7 @@ def test_counts_are_whole_numbers_beside_a_failed_run(tmp_path):
 
 
 def test_a_study_folder_above_its_trials_is_no_run_of_its_own(tmp_path):
-    """docs/search.md: "`scripts/summarize.py outputs/search/<study>` tables the trials". python -m search leaves
+    """`scripts/summarize.py outputs/search/<study>` tables the study's trials. python -m search leaves
     Hydra's .hydra/ in the study folder, above its trial folders: the summary holds the trials, not the study folder
     as a failed run ("3 runs (2 ok, 1 failed)", as it once said). A failed trial beside them is still a failed run."""
     study = tmp_path / "study"
@@ -1152,8 +1127,8 @@ def test_a_study_folder_above_its_trials_is_no_run_of_its_own(tmp_path):
     assert "3 runs (2 ok, 1 failed)" in (study / "summary.md").read_text()
 
 def test_summary_md_shows_a_drawn_setting_to_4_significant_digits_and_summary_csv_every_digit(tmp_path):
-    """docs/comparing.md: summary.csv's setting columns are "read from each run's config.yaml, with every digit;
-    summary.md shows a long number, such as a learning rate a search drew, to 4 significant digits"."""
+    """summary.csv's setting columns are read from each run's config.yaml, with every digit; summary.md shows a long
+    number, such as a learning rate a search drew, to 4 significant digits."""
     drawn = [0.11587950184865041, 0.0010005268542378305, 0.25]
     for i, value in enumerate(drawn):
         fake_run(tmp_path / f"{i}_run", seed=i, model__dropout=value)
@@ -1173,9 +1148,9 @@ def multirun_config(sweep, job_dir, num, mode=RunMode.MULTIRUN):
 
 
 def test_the_table_by_group_gives_each_metric_its_own_column(tmp_path):
-    """docs/comparing.md: summary.md gives "every metric by group (train seconds, job seconds, times to each validation
-    accuracy level: mean ± std over the runs ...)": train s the runs' training seconds (all epochs), job s their jobs'
-    wall times, median epoch s their median epochs, each a mean ± std over the group's runs."""
+    """summary.md gives every metric by group in a column of its own: train s the runs' training seconds (all
+    epochs), job s their jobs' wall times, median epoch s their median epochs, s to val acc x the times to each
+    validation accuracy level, each a mean ± std over the group's runs."""
     runs = [([1.0, 2.0, 6.0], 30.0, {"0.9": 3.0}), ([2.0, 3.0, 3.0], 40.0, {"0.9": 5.0})]
     for seed, (times, wall, reached) in enumerate(runs):
         folder = tmp_path / f"{seed}_seed-{seed}"
@@ -1197,8 +1172,8 @@ def test_the_table_by_group_gives_each_metric_its_own_column(tmp_path):
 
 
 def test_the_share_of_training_in_the_jobs_wall_time_counts_only_the_runs_that_have_one(tmp_path):
-    """docs/comparing.md: the sweep's own record sets "the jobs' wall times against their training seconds", like
-    against like. Summarised together (scripts/summarize.py on a parent folder), a sweep's job of 12 s wall time that
+    """The sweep's own record sets the jobs' wall times against their training seconds, like against like.
+    Summarised together (scripts/summarize.py on a parent folder), a sweep's job of 12 s wall time that
     trained 10 s and a single run of 100 s with no job.json: the share is 10 of 12 s, not 110 of 12 s."""
     job = tmp_path / "sweep" / "0_seed-0"
     fake_run(job, epoch_times=[5.0, 5.0])
@@ -1213,8 +1188,8 @@ def test_the_share_of_training_in_the_jobs_wall_time_counts_only_the_runs_that_h
 
 def test_the_sweep_records_its_own_wall_time_and_each_jobs(tmp_path):
     """The callback as Hydra calls it: each job's wall time lands in its own folder (job.json), the sweep's in
-    sweep.json, and both in summary.md beside the training seconds. docs/comparing.md: "its wall time, from Hydra
-    starting the sweep to the end of its last job": the 0.1 s the launcher takes before the first job counts."""
+    sweep.json, and both in summary.md beside the training seconds. The sweep's wall time runs from Hydra starting
+    the sweep to the end of its last job: the 0.1 s the launcher takes before the first job counts."""
     sweep = tmp_path / "sweep"
     callback = SweepSummary()
     callback.on_multirun_start(multirun_config(sweep, sweep, 0))

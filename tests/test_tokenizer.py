@@ -75,7 +75,7 @@ def cased_base(folder):
 
 
 def test_a_base_tokenizer_s_own_pipeline_is_kept_and_only_its_vocabulary_learned_anew(tmp_path):
-    """README: tokenizer.base retrains another tokenizer: its normalizer, pre-tokenizer, special tokens and templates
+    """tokenizer.base retrains another tokenizer: its normalizer, pre-tokenizer, special tokens and templates
     (train_tokenizer's docstring), here a cased one, where the default pipeline lowercases."""
     import json
 
@@ -110,10 +110,10 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
 
 
 def test_the_cache_key_follows_every_training_text_to_the_last_and_how_they_split(train_texts, tmp_path, monkeypatch):
-    """docs/configuration.md: the tokenizer "is cached ..., keyed by the texts, the settings, ...": a corpus that
-    differs from another only in its last text, or in a text added at its end (own data that grew, a larger
-    data.max_train_samples), gets a tokenizer learned on its own texts, not the other's from the cache; so do the
-    same characters split into other texts, and a text repeated (the counts the vocabulary is learned from)."""
+    """The tokenizer is cached, keyed by the texts and the settings: a corpus that differs from another only in its last
+    text, or in a text added at its end (own data that grew, a larger data.max_train_samples), gets a tokenizer learned
+    on its own texts, not the other's from the cache; so do the same characters split into other texts, and a text
+    repeated (the counts the vocabulary is learned from)."""
     texts = train_texts[:300]
     grown = [*texts, train_texts[300]]
     last_changed = [*texts[:-1], texts[-1] + " and one word more"]
@@ -131,8 +131,8 @@ def test_the_cache_key_follows_every_training_text_to_the_last_and_how_they_spli
 
 @pytest.mark.parametrize("library", ["tokenizers", "transformers"])
 def test_the_cache_key_follows_the_versions_of_the_libraries_that_train_the_tokenizer(library, monkeypatch):
-    """docs/configuration.md: the cache is keyed by the tokenizers and transformers versions too, so an upgrade never
-    reuses a tokenizer the other version trained."""
+    """The cache is keyed by the tokenizers and transformers versions too, so an upgrade never reuses a tokenizer the
+    other version trained."""
     texts = ["one text", "another text"]
     before = cache.cache_key(texts, 500, None)
     monkeypatch.setattr(getattr(cache, library), "__version__", "0.0.0-other")
@@ -178,9 +178,9 @@ INSIDE_AND_OUT = ["ab ab ab ab ab ba ba ba ba ba", "c c c c dd dd ef gh"]
 
 
 def test_the_sizes_the_messages_name_are_those_where_every_character_fits():
-    """docs/runs.md: tokenizer.vocab_size=3 names N, the 5 special tokens and the 13 alphabet tokens; a vocabulary
-    that leaves characters out names its size plus the 8 tokens it lacks (d e f g h and ##d ##f ##h: 5 characters,
-    whose ## forms count too), and at that size every one fits, with the merge it had."""
+    """tokenizer.vocab_size=3 names N, the 5 special tokens and the 13 alphabet tokens; a vocabulary that leaves
+    characters out names its size plus the 8 tokens it lacks (d e f g h and ##d ##f ##h: 5 characters, whose ## forms
+    count too), and at that size every one fits, with the merge it had."""
     with pytest.raises(UserError, match=r"tokenizer\.vocab_size=3 leaves no room for a character beside the 5 special "
                                         r"tokens .*; use tokenizer\.vocab_size=18 or more, where every character"):
         wordpiece.train_tokenizer(INSIDE_AND_OUT, vocab_size=3)
@@ -268,9 +268,9 @@ def test_fresh_processes_learn_the_same_files_and_build_one_cache_entry_safely(t
 
 
 def test_a_cache_entry_is_written_under_a_private_name_and_appears_only_whole(tmp_path, monkeypatch):
-    """docs/comparing.md (Threads): "The tokenizer cache is safe when parallel jobs build it at the same moment: each
-    builds under a private name and renames it into place." While the tokenizer's files are written, the entry's own
-    name does not exist, so a job that looks for it finds none or a whole one; then it is there, and nothing else."""
+    """The tokenizer cache is safe when parallel jobs build it at the same moment: each builds under a private name and
+    renames it into place. While the tokenizer's files are written, the entry's own name does not exist, so a job that
+    looks for it finds none or a whole one; then it is there, and nothing else."""
     texts = ["the cat sat on the mat", "a dog sat on a log"] * 5
     settings = TokenizerSettings(vocab_size=60, cache_dir=str(tmp_path))
     entry = tmp_path / cache.cache_key(texts, 60, None)
@@ -297,10 +297,10 @@ def test_a_cache_entry_is_written_under_a_private_name_and_appears_only_whole(tm
 
 
 def test_two_jobs_building_the_same_cache_entry_at_once_each_build_under_a_name_of_their_own(tmp_path, monkeypatch):
-    """docs/comparing.md (Threads): "The tokenizer cache is safe when parallel jobs build it at the same moment: each
-    builds under a private name and renames it into place." A second job asks for the same entry while the first is
-    training it: the two write into two different folders (one shared name would let a job rename the other's
-    half-written files into place), and one whole entry is left, with nothing beside it."""
+    """The tokenizer cache is safe when parallel jobs build it at the same moment: each builds under a private name and
+    renames it into place. A second job asks for the same entry while the first is training it: the two write into two
+    different folders (one shared name would let a job rename the other's half-written files into place), and one
+    whole entry is left, with nothing beside it."""
     texts = ["the cat sat on the mat", "a dog sat on a log"] * 5
     settings = TokenizerSettings(vocab_size=60, cache_dir=str(tmp_path))
     entry = tmp_path / cache.cache_key(texts, 60, None)
@@ -347,8 +347,8 @@ def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts)
     """encode tokenizes a prefix of a very long text; the ids must be the whole text's, truncated."""
     # The fifth: at max_length 32 its 512-character prefix holds 25 tokens (3 [UNK] words of 120 characters and 20
     # "the"), fewer than 32 but more than half, so only tokenizing the whole text again gives its 32 ids
-    # (docs/own-data.md Scale: "tokenized from a prefix that gives exactly the same ids"; round 26b: redoing only
-    # prefixes of fewer than half the tokens passed).
+    # (a long text is tokenized from a prefix that gives exactly the same ids; round 26b: redoing only prefixes of
+    # fewer than half the tokens passed).
     long_texts = [" ".join(train_texts[:40]), "x" * 20_000 + " end", " ".join(train_texts[:3]) + " " + "y" * 9000,
                   "short text", ("z" * 120 + " ") * 3 + "the " * 20 + "z" * 120 + " the" * 50]
     for max_length in (32, 128):
@@ -359,9 +359,9 @@ def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts)
 
 
 def test_texts_are_encoded_a_thousand_at_a_time_into_int32_arrays(trained, train_texts):
-    """docs/own-data.md (Scale): "texts are encoded a thousand at a time into int32 arrays" (a list of Python ints,
-    or int64, takes far more memory on a large corpus): 2100 texts in three calls of 1000, 1000 and 100, each text's
-    ids an int32 array holding what the tokenizer gives it alone."""
+    """Texts are encoded a thousand at a time into int32 arrays (a list of Python ints, or int64, takes far more memory
+    on a large corpus): 2100 texts in three calls of 1000, 1000 and 100, each text's ids an int32 array holding what the
+    tokenizer gives it alone."""
     texts = [" ".join(text.split()[i % 7 : i % 7 + 12]) for i, text in enumerate(train_texts * 3)][:2100]
     calls = []
 
@@ -376,10 +376,9 @@ def test_texts_are_encoded_a_thousand_at_a_time_into_int32_arrays(trained, train
 
 
 def test_progress_bars_show_on_a_terminal_and_not_in_a_redirected_log(monkeypatch):
-    """docs/own-data.md (Scale): "Stages that take more than a couple of seconds show a progress bar (on a
-    terminal; not in a redirected log)". Counting words, learning WordPiece and encoding, each bar asked for after a
-    delay of a couple of seconds and shown here at once: on a terminal each is drawn, into a file (a redirected log)
-    nothing is written."""
+    """Stages that take more than a couple of seconds show a progress bar on a terminal, not in a redirected log.
+    Counting words, learning WordPiece and encoding, each bar asked for after a delay of a couple of seconds and shown
+    here at once: on a terminal each is drawn, into a file (a redirected log) nothing is written."""
     real_tqdm = wordpiece.tqdm
     for stream in (Terminal(), io.StringIO()):
         delays = []
@@ -518,8 +517,8 @@ def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_f
 
 
 def test_a_character_seen_exactly_min_frequency_times_is_in_the_alphabet_beyond_the_99_5_percent_coverage():
-    """docs/own-data.md: a token for every word that occurs `tokenizer.min_frequency` times, "every character (and
-    `##` character) as frequent or among the most frequent that make up 99.5% of all": one CJK character 25,000 times
+    """The vocabulary holds a token for every word that occurs tokenizer.min_frequency times, and every character (and
+    ## character) as frequent or among the most frequent that make up 99.5% of all: one CJK character 25,000 times
     covers 99.5% alone, and 50 others seen exactly min_frequency times (2 here) are as frequent, so they are in the
     alphabet too: 51 characters, room for them to take half, 2 × 51 -> 200. Seen once each, only the coverage holds
     them: the frequent one alone, 100."""
@@ -563,9 +562,8 @@ def test_the_default_pipeline_splits_punctuation_off_words_as_bert_uncased_does(
 
 
 def test_a_word_of_up_to_100_characters_is_split_into_pieces_and_a_longer_one_is_unk():
-    """docs/own-data.md (Characters that do not fit): "The unknown tokens of a vocabulary that holds every character
-    are characters the training texts never have (and words longer than 100 characters)"; the [UNK] warning says
-    "words of more than 100 characters"."""
+    """The unknown tokens of a vocabulary that holds every character are characters the training texts never have,
+    and words longer than 100 characters; the [UNK] warning says "words of more than 100 characters"."""
     tokenizer = wordpiece.train_tokenizer(["ab ba abba"] * 5, vocab_size=40)
     hundred, longer = "ab" * 50, "ab" * 50 + "a"
     assert "[UNK]" not in tokenizer.tokenize(hundred) and "".join(tokenizer.tokenize(hundred)).replace("##", "") \

@@ -106,10 +106,10 @@ def test_mlflow_holds_params_tags_metrics_and_artifacts(tracked):
 
 @pytest.mark.slow
 def test_mlflow_holds_each_epoch_under_its_epoch_and_each_step_under_its_step(tracked):
-    """docs/tracking.md: each logger records "the training loss and learning rate of every step (train/loss,
-    train/lr), the validation loss and accuracy and the training and validation seconds of every epoch (val/...,
-    time/...)": in MLflow too, each value under its own step, the epoch's number for history.csv's rows and the
-    optimiser step's (counted over the run, from 1) for every step, so that its charts draw them in order."""
+    """Each logger records the training loss and learning rate of every step (train/loss, train/lr), and the validation
+    loss and accuracy and the training and validation seconds of every epoch (val/..., time/...): in MLflow too, each
+    value under its own step, the epoch's number for history.csv's rows and the optimiser step's (counted over the run,
+    from 1) for every step, so that its charts draw them in order."""
     from mlflow import MlflowClient
 
     run_dir, uri, _ = tracked
@@ -153,8 +153,8 @@ def test_the_store_from_the_environment_and_an_experiment_named_in_the_settings(
 
 @pytest.mark.slow
 def test_mlflow_holds_every_resolved_setting_as_a_flat_parameter_whole(tracked):
-    """docs/tracking.md: "Each logger records the resolved settings as flat parameters (trainer.lr, ...)": MLflow, as
-    TensorBoard, holds every setting of the run's config.yaml, each value whole (the store's URI, a long one, too)."""
+    """Each logger records the resolved settings as flat parameters (trainer.lr, ...): MLflow, as TensorBoard, holds
+    every setting of the run's config.yaml, each value whole (the store's URI, a long one, too)."""
     from mlflow import MlflowClient
 
     run_dir, uri, _ = tracked
@@ -166,9 +166,9 @@ def test_mlflow_holds_every_resolved_setting_as_a_flat_parameter_whole(tracked):
 
 
 def test_logger_mlflow_tracking_uri_wins_over_the_environment(tmp_path, monkeypatch):
-    """docs/tracking.md: "logger.mlflow.tracking_uri (or MLFLOW_TRACKING_URI) points it at another store", and the
-    setting's help: "null: $MLFLOW_TRACKING_URI": given both, the setting's store records the run, and the
-    environment's is not even created."""
+    """logger.mlflow.tracking_uri, or else MLFLOW_TRACKING_URI, points MLflow at another store (the setting's help:
+    "null: $MLFLOW_TRACKING_URI"): given both, the setting's store records the run, and the environment's is not even
+    created."""
     from mha_textclf.settings import LoggerSettings, MLflowSettings
     from mha_textclf.tracking import open_trackers
 
@@ -188,8 +188,8 @@ def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monke
 
 
 def test_tensorboard_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
-    """docs/runs.md: a logger without its extra gets the `tracking` extra's message, TensorBoard's too (its writer
-    imports the tensorboard package)."""
+    """A logger without its extra gets the `tracking` extra's message, TensorBoard's too (its writer imports the
+    tensorboard package)."""
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
     with pytest.raises(UserError, match=r'logger=tensorboard needs the optional packages of the `tracking` extra: '
                                         r'pip install -e "\.\[tracking\]"'):
@@ -250,9 +250,9 @@ class FailsAtLog(Recorder):
 
 
 def test_mlflow_holds_every_step_of_a_run_longer_than_one_batch_of_metrics(tmp_path):
-    """docs/tracking.md: each logger records "the training loss and learning rate of every step (train/loss,
-    train/lr)": MLflow, which gets them in batches, holds all 600 steps of a run (1200 values, as 12 epochs of 50
-    steps give: more than one batch), each under its step, the final metrics under step 0, and nothing twice."""
+    """Each logger records the training loss and learning rate of every step (train/loss, train/lr): MLflow, which gets
+    them in batches, holds all 600 steps of a run (1200 values, as 12 epochs of 50 steps give: more than one batch),
+    each under its step, the final metrics under step 0, and nothing twice."""
     from mlflow import MlflowClient
 
     from mha_textclf.tracking import MLflowTracker

@@ -105,8 +105,8 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
 
 
 def test_params_counts_every_learned_weight_of_the_reported_model_the_classifier_s_too(smoke_run):
-    """reports.py RunMetrics: `params: learned parameters`, which docs/runs.md lists in metrics.json and summary.csv
-    repeats per run. Counted afresh from model.pt's own tensors (its state dict holds the learned weights alone: the
+    """RunMetrics' `params` is the number of learned parameters, written to metrics.json and repeated per run in
+    summary.csv. Counted afresh from model.pt's own tensors (its state dict holds the learned weights alone: the
     positional encoding is a buffer it leaves out), module by module, so that a count skipping one shows."""
     state = torch.load(smoke_run.dir / "model.pt", weights_only=True)["state_dict"]
     by_module = {}
@@ -170,9 +170,9 @@ def test_the_tokenizer_is_learned_on_the_training_texts_only(smoke_run):
 
 
 def test_on_a_gpu_every_split_s_batches_come_pinned_and_on_the_cpu_they_do_not(tmp_path):
-    """docs/performance.md: "On a GPU, `device=auto` picks CUDA, batches are pinned and copied without blocking": the
-    loaders train builds for a CUDA device pin their batches' memory, for every split; for the CPU, where pinning
-    buys nothing, none does. (Building a loader touches no GPU, so this runs anywhere.)"""
+    """On a GPU, batches are pinned and copied without blocking: the loaders train builds for a CUDA device pin their
+    batches' memory, for every split; for the CPU, where pinning buys nothing, none does. (Building a loader touches
+    no GPU, so this runs anywhere.)"""
     from mha_textclf.tokenizer.wordpiece import train_tokenizer
 
     rows = {split: [{"text": f"{('red', 'blue')[i % 2]} text {i}", "label": i % 2} for i in range(n)]
@@ -194,9 +194,9 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
         tmp_path, monkeypatch):
     """Seeds vary the model, not the data: on a corpus with a validation split of its own (so that the seed changes no
     split), each seed starts from its own weights and draws its own order of training batches. A training batch holds
-    trainer.batch_size texts, and so does an evaluation batch (docs/performance.md: evaluation keeps the training
-    batch size); evaluation batches come in length order with data.group_by_length, else in the data's order, and
-    training batches group texts of similar length."""
+    trainer.batch_size texts, and so does an evaluation batch (evaluation keeps the training batch size); evaluation
+    batches come in length order with data.group_by_length, else in the data's order, and training batches group
+    texts of similar length."""
     rows = {split: [{"text": f"{('red', 'blue')[i % 2]} text {i}" + " word" * (i % 7), "label": i % 2}
                     for i in range(n)] for split, n in (("train", 40), ("validation", 20), ("test", 20))}
     folder = write_jsonl(tmp_path / "data", rows)
@@ -234,8 +234,8 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
     assert lengths == sorted(lengths) and [label for _, label in in_order] == [i % 2 for i in range(20)]
     assert sorted(grouped) == sorted(in_order) and grouped != in_order  # the same texts, in another order
     assert runs["seed 0"]["eval sizes"] == runs["in data order"]["eval sizes"] == [[8, 8, 4]] * 2
-    # Training batches are length-grouped too (docs/performance.md: "length-grouped batches ... change which texts
-    # share a batch"): the same texts padded to fewer cells than the random batches of data.group_by_length=false.
+    # Training batches are length-grouped too (grouping changes which texts share a batch): the same texts padded to
+    # fewer cells than the random batches of data.group_by_length=false.
     cells = {name: sum(len(batch) * len(batch[0]) for batch in run["train"]) for name, run in runs.items()}
     assert cells["seed 0"] < cells["in data order"] and cells["seed 1"] < cells["in data order"]
 
@@ -267,8 +267,8 @@ def peak_rss_resets() -> bool:
 
 
 def test_each_stage_records_its_own_seconds_and_the_peak_memory_within_it():
-    """docs/runs.md: metrics.json's `stages` holds how long each stage took and the process's peak memory in it,
-    not the peak so far: a stage that allocates 200 MB, then one that allocates nothing."""
+    """metrics.json's `stages` holds how long each stage took and the process's peak memory in it, not the peak so
+    far: a stage that allocates 200 MB, then one that allocates nothing."""
     require(peak_rss_resets(), "a stage's own peak RSS needs Linux's /proc/self/clear_refs")
     stage = train_module.Stages(torch.device("cpu"))
     with stage("large"):
@@ -283,10 +283,10 @@ def test_each_stage_records_its_own_seconds_and_the_peak_memory_within_it():
 
 
 def test_on_a_gpu_each_stage_also_records_the_most_torch_allocated_there_within_it(monkeypatch):
-    """docs/comparing.md: peak memory while training is the process's peak RSS from `stages.fit` "and CUDA's peak
-    allocation on a GPU" (`peak_cuda_mb`, Stages' docstring: "on a GPU, also the most torch allocated there"). Faked:
-    torch.cuda's counters for a stage that allocates 300 MiB on the GPU and frees them, then one that allocates
-    nothing; each stage has its own CUDA peak beside its peak RSS, and a CPU run's stages have none."""
+    """Peak memory while training is the process's peak RSS from `stages.fit` and, on a GPU, also the most torch
+    allocated there (`peak_cuda_mb`). Faked: torch.cuda's counters for a stage that allocates 300 MiB on the GPU and
+    frees them, then one that allocates nothing; each stage has its own CUDA peak beside its peak RSS, and a CPU run's
+    stages have none."""
     mib = 2**20
     cuda = {"now": 50 * mib, "peak": 50 * mib, "resets": 0}
 
@@ -316,7 +316,7 @@ def test_on_a_gpu_each_stage_also_records_the_most_torch_allocated_there_within_
 
 
 def test_the_time_to_accuracy_setting_chooses_the_levels(tmp_path, data_dir):
-    """docs/performance.md: the top-level setting `time_to_accuracy` chooses the levels metrics.json reports."""
+    """The top-level setting `time_to_accuracy` chooses the levels metrics.json reports."""
     metrics = train_in_process(tmp_path, *SMOKE, "probes.attention=[]", "probes.order=[]",
                                "time_to_accuracy=[0.01,0.3,0.999]", data_dir=data_dir)
     rows = history(tmp_path)
@@ -366,10 +366,10 @@ def test_unk_rate_counts_each_splits_unknown_tokens_as_the_model_sees_them_and_a
 
 
 def test_the_unk_rate_of_every_split_is_logged_as_metrics_json_records_it(caplog):
-    """docs/configuration.md: "Every run then records the share of `[UNK]` among each split's tokens (`unk_rate` in
-    `metrics.json`, counted on the tokens the model sees: truncated, without `[CLS]`, `[SEP]` and padding) and logs
-    it": one line naming each split with its share, as a percentage, below the 1% at which it also warns. The
-    reference counts the saved tokens itself."""
+    """Every run records the share of `[UNK]` among each split's tokens (`unk_rate` in metrics.json, counted on the
+    tokens the model sees: truncated, without `[CLS]`, `[SEP]` and padding) and logs it: one line naming each split
+    with its share, as a percentage, below the 1% at which it also warns. The reference counts the saved tokens
+    itself."""
     from types import SimpleNamespace
 
     from mha_textclf.data.corpus import Corpus, Split
@@ -414,10 +414,9 @@ def test_parallel_jobs_share_the_cores(launcher, expected):
     (16, -1, 1), (16, -15, 8), (16, -16, 16),  # joblib's negatives: -1 as many jobs as cores, -2 all but one, ...
 ])
 def test_joblib_jobs_take_the_cores_divided_among_them_rounded_down(cores, n_jobs, threads, monkeypatch):
-    """docs/comparing.md (Threads): "Under the joblib launcher each job uses `cores // n_jobs` torch threads
-    (`n_jobs=-1`, joblib's default, means one thread per job)": rounded down, so that the jobs never take more threads
-    than the machine has cores. Asked of machines larger than this one (a patched os.cpu_count), where the rounding
-    shows."""
+    """Under the joblib launcher each job uses `cores // n_jobs` torch threads (`n_jobs=-1`, joblib's default, means
+    one thread per job), rounded down, so that the jobs never take more threads than the machine has cores. Asked of
+    machines larger than this one (a patched os.cpu_count), where the rounding shows."""
     from omegaconf import OmegaConf
 
     from train import launcher_threads
@@ -488,7 +487,7 @@ def test_without_trainer_num_threads_torch_keeps_its_threads_or_takes_the_launch
 def test_multirun_variants_agree(data_dir, tmp_path, monkeypatch):
     """Same seed, three variants, with and without PE: the same training trajectory (one function). Run from a
     folder of its own: the sweep lands in its outputs/multirun/<date>_<time with µs>/, and nothing else there but
-    MLflow's default store, where the jobs share one experiment named after the sweep (docs/tracking.md)."""
+    MLflow's default store, where the jobs share one experiment named after the sweep."""
     mlflow = optional("mlflow", "tracking")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the default store
     # One thread per job: the models are tiny, and the variants must agree whatever the threads.
@@ -510,7 +509,7 @@ def test_multirun_variants_agree(data_dir, tmp_path, monkeypatch):
     assert sorted(r.info.run_name for r in tracked) == sorted(jobs)
     assert {(r.data.tags["model"], r.data.tags["pe"]) for r in tracked} == {
         (m, pe) for m in ("naive", "efficient", "torch") for pe in ("False", "True")}
-    assert {r.data.tags["sweep"] for r in tracked} == {experiment.name}  # docs/tracking.md: the tags "(and sweep)"
+    assert {r.data.tags["sweep"] for r in tracked} == {experiment.name}  # a sweep's jobs are tagged with it
 
     def job(model: str, pe: str) -> Path:
         (name,) = [n for n in jobs if f"_model-{model}_pe-{pe}_" in n]
@@ -566,9 +565,9 @@ def test_a_run_that_gets_worse_keeps_its_best_epoch_and_reports_the_final_weight
     best = min(rows, key=lambda r: r["val_loss"])
     # Patience: the run ends exactly PATIENCE epochs after its best, and before its last epoch.
     assert metrics.stopped_early and len(rows) == metrics.best_epoch + PATIENCE < 8
-    # docs/search.md: "a pruned trial still loaded the data and wrote its reports": a run stopped before its last
-    # epoch (by patience here, by the search's pruner there) writes the whole contract, the probes included, but the
-    # attention map it was given no sentence for (round 24: skipping the probes of a run stopped early passed).
+    # A run stopped before its last epoch (by patience here, by the search's pruner in a search) still loaded the
+    # data and writes the whole contract, the probes included, but the attention map it was given no sentence for
+    # (round 24: skipping the probes of a run stopped early passed).
     assert [name for name in CONTRACT if not (tmp_path / name).exists()] == ["attention_can_you_can_that.png"]
     assert metrics.best_epoch == best["epoch"] and rows[-1]["val_loss"] > 1.01 * best["val_loss"]
     # metrics.json's epochs counts the finished epochs (reports.py: "epochs: finished epochs"), the ones past the
@@ -640,8 +639,8 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
 
 @pytest.mark.slow
 def test_relative_paths_are_read_from_the_folder_the_command_runs_in(data_dir, minilm_dir, tmp_path, monkeypatch):
-    """data.path (here through BBC_NEWS_PATH), tokenizer.base, resume= and predict's run_dir=, each relative, as
-    in the README (`export BBC_NEWS_PATH=../shared/data/bbc-news`), in folders that exist only from there."""
+    """data.path (here through BBC_NEWS_PATH), tokenizer.base, resume= and predict's run_dir=, each relative (as in
+    `export BBC_NEWS_PATH=../shared/data/bbc-news`), in folders that exist only from there."""
     (tmp_path / "corpora").mkdir()
     (tmp_path / "corpora" / "bbc-news").symlink_to(data_dir)
     (tmp_path / "tokenizers").mkdir()
@@ -722,7 +721,7 @@ def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbe
 @pytest.mark.slow
 def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path):
     """A third-party corpus in the shape it comes in trains end to end, and predict speaks its class names; metrics.json
-    records the size of the vocabulary it learned (docs/runs.md's schema: "vocab_size")."""
+    records the size of the vocabulary it learned (`vocab_size`)."""
     topics = {"earn": 30, "acq": 20, "crude": 6, "grain": 4}
     folder = tmp_path / "newswire"
     folder.mkdir()
@@ -748,9 +747,9 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
     # ...and the validation loss, in history.csv and in metrics.json: scikit-learn's balanced weights, from the
     # training split, in a weighted mean cross-entropy of the reported model.
     run = load_run(run_dir)
-    # docs/runs.md: metrics.json "holds what the run measured", "vocab_size" among it: the vocabulary the model was
-    # built with, which a corpus of a few dozen distinct words leaves far below the 1000 tokens tokenizer.vocab_size
-    # asks (round 22: recording the setting passed, every other run's vocabulary reached the size asked).
+    # metrics.json holds what the run measured, `vocab_size` among it: the vocabulary the model was built with,
+    # which a corpus of a few dozen distinct words leaves far below the 1000 tokens tokenizer.vocab_size asks
+    # (round 22: recording the setting passed, every other run's vocabulary reached the size asked).
     assert metrics.vocab_size == len(run.tokenizer) == run.model.config.vocab_size < 1000
     val, train_labels = run_split(run_dir, "val"), run_split(run_dir, "train").labels
     weights = compute_class_weight("balanced", classes=np.arange(4), y=train_labels)
@@ -777,35 +776,16 @@ def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_hal
         f"{'at least' if long else 'fewer than'} {LONG_TEXT}: {'a corpus of long texts' if long else 'short texts'}"}
 
 
-def test_the_readme_s_long_text_rule_is_the_rule_the_pipeline_applies():
-    """README (On other corpora): "where the median training text has 128 tokens or more, 128 dimensions, token
-    dropout 0.85, 24 epochs, label smoothing 0.1 and positional encoding, instead of 64, 0.75, 12, 0 and none": the
-    threshold and both sets of values, read from the README, against what by_text_length decides at the threshold and
-    just below it."""
-    readme = " ".join((REPO / "README.md").read_text().split())
-    number = r"(\d+(?:\.\d+)?)"
-    found = re.search(rf"where the median training text has {number} tokens or more, {number} dimensions, token "
-                      rf"dropout {number}, {number} epochs, label smoothing {number} and positional encoding, "
-                      rf"instead of {number}, {number}, {number}, {number} and none\.", readme)
-    assert found, "README.md no longer states the long-text rule in the words this test reads"
-    threshold, *values = (float(v) for v in found.groups())
-    keys = ("model.d_model", "model.token_dropout", "trainer.epochs", "trainer.label_smoothing")
-    promised = {True: dict(zip(keys, values[:4], strict=True)) | {"pe": True},
-                False: dict(zip(keys, values[4:], strict=True)) | {"pe": False}}
-    for lengths, long in (([int(threshold)] * 3, True), ([int(threshold) - 1] * 3, False)):
-        decided = resolve.by_text_length(lengths)
-        assert {k: d.value for k, d in decided.items()} == promised[long], long
-
-
 class _DecidedError(Exception):
     """Raised in place of building the model: the settings a run decided, before it trains."""
 
 
 @pytest.mark.parametrize("long_split", ["train", "validation"])
 def test_the_long_text_rule_counts_the_training_texts_not_the_evaluation_splits(tmp_path, monkeypatch, long_split):
-    """README (On other corpora): "where half the *training* texts have 128 tokens or more". A corpus whose training
-    texts are long and whose validation and test texts are short is a corpus of long texts, and the other way round
-    it is not: decided from the training split alone (stopped before the model is built, nothing trained)."""
+    """A corpus counts as one of long texts where half the *training* texts have 128 tokens or more. A corpus whose
+    training texts are long and whose validation and test texts are short is a corpus of long texts, and the other
+    way round it is not: decided from the training split alone (stopped before the model is built, nothing
+    trained)."""
     words = [f"w{i}" for i in range(40)]
     long_text, short_text = " ".join(words * 5), " ".join(words[:4])  # 200 words; 4
     rows = {split: [{"text": long_text if split == long_split else short_text, "label": label}
@@ -833,18 +813,9 @@ def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and
         training.fit(torch.nn.Linear(1, 1), [], [], TrainerSettings(label_smoothing=0.0), torch.device("cpu"))
 
 
-def test_the_documented_log_line_of_a_corpus_of_long_texts_is_the_rule_s_own():
-    """docs/configuration.md and docs/own-data.md quote the line a run on 20 Newsgroups logs (median 195 tokens)."""
-    decided = resolve.by_text_length((100, 195, 300))
-    value, why = decided["trainer.epochs"].value, decided["trainer.epochs"].why
-    line = f"trainer.epochs={value} (null: {why})"
-    for doc in ("configuration.md", "own-data.md"):
-        assert line in " ".join((REPO / "docs" / doc).read_text().split()), doc
-
-
 def test_the_unk_warning_reads_the_training_texts_characters_not_the_evaluation_splits(caplog):
-    """docs/configuration.md: "above 1% it warns, with the `tokenizer.vocab_size` at which every character fits, or,
-    when they all fit already, that the unknown tokens are characters the training texts never have": a test split
+    """Above 1% of unknown tokens a run warns, with the `tokenizer.vocab_size` at which every character fits, or, when
+    they all fit already, that the unknown tokens are characters the training texts never have: a test split
     full of a character the training texts never have gets the second warning, not a vocab_size; and a size named for
     training characters that do not fit counts those of the training texts, not those the test split happens to
     have."""

@@ -85,10 +85,10 @@ def test_fit_learns_the_toy_problem(precision):
 
 
 def test_the_training_bar_shows_on_a_terminal_and_not_in_a_redirected_log(monkeypatch):
-    """docs/own-data.md (Scale): "Stages that take more than a couple of seconds show a progress bar (on a terminal;
-    not in a redirected log)"; training.py: "disable=None: a bar on a terminal only; redirected to a file, its redraws
-    would bury the log". Each epoch's bar, drawn at once here, is on a terminal and nothing is written into a file
-    (round 17: a bar forced on with disable=False passed; the tokenizer's bars have their own test)."""
+    """Training shows a progress bar on a terminal and none in a redirected log (training.py: "disable=None: a bar on a
+    terminal only; redirected to a file, its redraws would bury the log"). Each epoch's bar, drawn at once here, is on a
+    terminal and nothing is written into a file (round 17: a bar forced on with disable=False passed; the tokenizer's
+    bars have their own test)."""
     real_tqdm = training.tqdm
     ids, labels = toy_problem(n=16)
     for stream in (Terminal(), io.StringIO()):
@@ -129,10 +129,10 @@ def test_bf16_computes_the_model_in_bfloat16_and_the_loss_in_float32(precision, 
 
 @pytest.mark.parametrize(("precision", "on"), [("bf16", True), ("fp32", False)])
 def test_on_a_gpu_bf16_autocasts_on_cuda_itself(precision, on, monkeypatch):
-    """docs/performance.md: "On a GPU, ... `trainer.precision=bf16` autocasts"; --help: "bf16 autocasts matmuls to
-    bfloat16 (for CUDA; ...)". Autocast is per device type: the CPU's would leave a GPU's matmuls in float32. Faked: a
-    GPU that torch.cuda says is present and supports bfloat16; training.autocast for a CUDA device turns on CUDA's
-    autocast to bfloat16 with bf16, and nothing with fp32."""
+    """On a GPU, `trainer.precision=bf16` autocasts; --help: "bf16 autocasts matmuls to bfloat16 (for CUDA; ...)".
+    Autocast is per device type: the CPU's would leave a GPU's matmuls in float32. Faked: a GPU that torch.cuda says is
+    present and supports bfloat16; training.autocast for a CUDA device turns on CUDA's autocast to bfloat16 with bf16,
+    and nothing with fp32."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
     for device in (torch.device("cuda"), torch.device("cuda:0")):
@@ -161,7 +161,7 @@ def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
 
 
 def test_an_infinite_loss_stops_the_run_as_a_nan_does(monkeypatch):
-    """docs/runs.md: the loss becoming NaN *or inf* stops the run, naming the epoch and step."""
+    """The loss becoming NaN *or inf* stops the run, naming the epoch and step."""
     import torch.nn.functional as F
 
     ids, labels = toy_problem()
@@ -179,8 +179,8 @@ def test_an_infinite_loss_stops_the_run_as_a_nan_does(monkeypatch):
 
 
 def test_balanced_class_weights_are_n_texts_over_n_classes_times_the_class_count():
-    """docs/own-data.md: trainer.class_weights=balanced weighs each class by n_texts / (n_classes × its count),
-    scikit-learn's definition (a class the labels lack weighs 0)."""
+    """trainer.class_weights=balanced weighs each class by n_texts / (n_classes × its count), scikit-learn's definition
+    (a class the labels lack weighs 0)."""
     from sklearn.utils.class_weight import compute_class_weight
 
     labels = [0] * 6 + [1] * 3 + [3]
@@ -191,9 +191,9 @@ def test_balanced_class_weights_are_n_texts_over_n_classes_times_the_class_count
 
 
 def test_every_batch_goes_to_the_device_without_blocking_in_training_and_in_validation(monkeypatch):
-    """docs/performance.md: "On a GPU, ... batches are pinned and copied without blocking": each batch's token ids,
-    padding mask and labels move with non_blocking=True, the training batches and the validation batches alike (a
-    copy from pinned memory then overlaps the GPU's work; on the CPU it is the same copy)."""
+    """On a GPU, batches are pinned and copied without blocking: each batch's token ids, padding mask and labels move
+    with non_blocking=True, the training batches and the validation batches alike (a copy from pinned memory then
+    overlaps the GPU's work; on the CPU it is the same copy)."""
     moved, real_to = [], torch.Tensor.to
 
     def to(tensor, *args, **kwargs):
@@ -219,8 +219,8 @@ def test_unknown_device_is_a_clear_error():
 
 @pytest.mark.parametrize("available", [True, False])
 def test_device_auto_picks_cuda_where_pytorch_sees_a_gpu_and_the_cpu_elsewhere(available, monkeypatch):
-    """docs/performance.md: "On a GPU, `device=auto` picks CUDA"; --help: device "auto (CUDA when available)". Both
-    answers, whatever this machine has (asked of torch.cuda.is_available, which is all auto may ask)."""
+    """On a GPU, `device=auto` picks CUDA; --help: device "auto (CUDA when available)". Both answers, whatever this
+    machine has (asked of torch.cuda.is_available, which is all auto may ask)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     assert resolve_device("auto") == torch.device("cuda" if available else "cpu")
     assert resolve_device("cpu") == CPU  # an explicit cpu stays the CPU on a GPU machine too
@@ -236,9 +236,9 @@ def test_where_a_gpu_is_cuda_and_cuda_n_name_the_gpu_asked_for(monkeypatch):
 
 @pytest.mark.parametrize("name", ["cuda", "cuda:1"])
 def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monkeypatch):
-    """docs/runs.md, When things go wrong: `device=cuda` without a GPU says "PyTorch sees no CUDA GPU; use device=cpu
-    or device=auto": the setting named, and both ways to run, not only that the GPU is missing (test_cli_errors.py
-    reads the first half through the command line, where there is no GPU)."""
+    """`device=cuda` without a GPU says "PyTorch sees no CUDA GPU; use device=cpu or device=auto": the setting named,
+    and both ways to run, not only that the GPU is missing (test_cli_errors.py reads the first half through the command
+    line, where there is no GPU)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError) as refused:
         resolve_device(name)
@@ -318,9 +318,9 @@ def test_early_stopping_writes_best_pt_and_the_model_ends_with_the_final_weights
 
 
 def test_best_pt_is_on_disk_as_soon_as_its_epoch_finishes(tmp_path):
-    """docs/runs.md: best.pt is "the same for the epoch with the lowest validation loss, saved as soon as that epoch
-    finished": a run killed at any later moment keeps it. At the end of every epoch (on_epoch_end runs before the
-    next starts), best.pt already holds the weights of the best epoch so far."""
+    """best.pt holds the weights of the epoch with the lowest validation loss, saved as soon as that epoch finished: a
+    run killed at any later moment keeps it. At the end of every epoch (on_epoch_end runs before the next starts),
+    best.pt already holds the weights of the best epoch so far."""
     ids, labels = toy_problem()
     val = make_loader(ids[:6], [1 - y for y in labels[:6]], 16, 0)  # its loss soon rises: later epochs are worse
     net, seen = model(), []
@@ -342,9 +342,9 @@ def test_best_pt_is_on_disk_as_soon_as_its_epoch_finishes(tmp_path):
 
 @pytest.mark.parametrize("final_weights", ["last", "best"])
 def test_an_interrupted_run_ends_with_its_last_finished_epoch_or_with_best_the_best(tmp_path, final_weights):
-    """docs/runs.md: Ctrl-C stops after the current step and writes the reports for the last finished epoch (or the
-    best, with trainer.final_weights=best), as an uninterrupted run would: here after epoch 4 of 30, with the best
-    epoch earlier."""
+    """Ctrl-C stops after the current step and writes the reports for the last finished epoch (or the best, with
+    trainer.final_weights=best), as an uninterrupted run would: here after epoch 4 of 30, with the best epoch
+    earlier."""
     ids, labels = toy_problem()
     val = make_loader(ids[:6], [1 - y for y in labels[:6]], 16, 0)  # its loss soon rises: the best epoch is early
     net = model()
@@ -373,9 +373,9 @@ def test_label_smoothing_changes_the_training_loss_only():
 
 
 def test_the_optimiser_is_adamw_with_the_settings_lr_and_decoupled_weight_decay(tmp_path):
-    """README (The answer): "**Defaults** (12 epochs, batch 32, AdamW lr 3e-3 ...)", and the settings' help: "AdamW's
-    peak learning rate", "AdamW's decoupled weight decay". The optimiser's state in last.pt is AdamW's: Adam would add
-    the weight decay to the gradient (decoupled_weight_decay false), its state otherwise the same."""
+    """The optimiser is AdamW (the settings' help: "AdamW's peak learning rate", "AdamW's decoupled weight decay"). The
+    optimiser's state in last.pt is AdamW's: Adam would add the weight decay to the gradient (decoupled_weight_decay
+    false), its state otherwise the same."""
     ids, labels = toy_problem()
     fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
         plain_trainer(epochs=1, lr=1e-2, weight_decay=0.05), CPU, state_path=tmp_path / "last.pt")
@@ -428,9 +428,9 @@ def test_weighted_evaluation_is_the_weighted_mean_cross_entropy():
 
 
 def test_evaluation_attends_with_the_cls_query_alone_over_the_real_tokens_under_inference_mode():
-    """docs/performance.md: evaluation has no token dropout (compaction drops padding only), computes the [CLS] query
-    alone, under torch.inference_mode (no autograd bookkeeping at all); the model is not cls_only, so training would
-    attend with every query."""
+    """Evaluation has no token dropout (compaction drops padding only), computes the [CLS] query alone, under
+    torch.inference_mode (no autograd bookkeeping at all); the model is not cls_only, so training would attend with
+    every query."""
     ids, labels = toy_problem(n=20)
     net = model(token_dropout=0.5)
     assert not net.config.cls_only
@@ -523,10 +523,10 @@ def test_patience_that_runs_out_at_the_last_epoch_is_no_early_stop():
 
 
 def test_every_epoch_trains_in_training_mode_and_every_validation_evaluates_in_eval_mode():
-    """README (On other corpora): "Token dropout hides a different 85% of such a text at every pass, so more passes keep
-    finding something new"; model.token_dropout's help: "while training, hide each token but [CLS]". Each epoch's
-    training steps run the model in training mode (token dropout and every dropout on), after the previous epoch's
-    validation put it in eval mode, and every validation runs it in eval mode without gradients."""
+    """Token dropout hides a different share of each text at every training pass, so that more passes keep finding
+    something new; model.token_dropout's help: "while training, hide each token but [CLS]". Each epoch's training steps
+    run the model in training mode (token dropout and every dropout on), after the previous epoch's validation put it in
+    eval mode, and every validation runs it in eval mode without gradients."""
     ids, labels = toy_problem(n=32)
     net, calls = model(token_dropout=0.5), []
     net.register_forward_pre_hook(lambda module, args: calls.append((module.training, torch.is_grad_enabled())))
@@ -538,10 +538,10 @@ def test_every_epoch_trains_in_training_mode_and_every_validation_evaluates_in_e
 
 
 def test_a_run_stopped_by_a_signal_as_its_patience_ran_out_continues_to_the_uninterrupted_early_stop(tmp_path):
-    """docs/runs.md, "The same command again": an unfinished run "continues after the last finished epoch (last.pt),
-    in place; ... the history and metrics equal an uninterrupted run's", and last.pt holds the "early-stopping state".
-    At lr 0 patience 2 ends a 6-epoch run after epoch 3; a Ctrl-C during that epoch's validation leaves last.pt at
-    epoch 3 with patience spent, and the run continued from it stops there too, early, training nothing more."""
+    """Running the same command again continues an unfinished run after the last finished epoch (last.pt), in place,
+    with history and metrics equal to an uninterrupted run's; last.pt holds the early-stopping state. At lr 0 patience 2
+    ends a 6-epoch run after epoch 3; a Ctrl-C during that epoch's validation leaves last.pt at epoch 3 with patience
+    spent, and the run continued from it stops there too, early, training nothing more."""
     ids, labels = toy_problem()
 
     trainer = plain_trainer(epochs=6, lr=0.0, patience=2)
@@ -565,10 +565,10 @@ def test_a_run_stopped_by_a_signal_as_its_patience_ran_out_continues_to_the_unin
 
 
 def test_a_continued_run_counts_its_training_seconds_from_the_first_epoch_of_the_run_not_of_the_attempt(tmp_path):
-    """docs/runs.md: history.csv holds elapsed_train_seconds, and time_to_accuracy is "the training seconds until
-    validation accuracy first reached it"; a continued run's history "equal[s] an uninterrupted run's". After a
-    resume the seconds so far go on from the epochs last.pt holds: every row's elapsed_train_seconds is the sum of
-    the train_seconds of its epoch and all before it, those of the first attempt included."""
+    """history.csv holds elapsed_train_seconds, and time_to_accuracy is the training seconds until validation accuracy
+    first reached each level; a continued run's history equals an uninterrupted run's. After a resume the seconds so far
+    go on from the epochs last.pt holds: every row's elapsed_train_seconds is the sum of the train_seconds of its epoch
+    and all before it, those of the first attempt included."""
     ids, labels = toy_problem()
 
     fit(model(), *seeded_loaders(ids, labels), plain_trainer(epochs=2, lr=1e-2), CPU, state_path=tmp_path / "last.pt")
@@ -581,11 +581,11 @@ def test_a_continued_run_counts_its_training_seconds_from_the_first_epoch_of_the
 
 
 def test_a_continued_run_keeps_the_best_epoch_s_weights_for_best_pt_and_for_final_weights_best(tmp_path):
-    """docs/runs.md: last.pt holds the "early-stopping state"; best.pt is "the same for the epoch with the lowest
-    validation loss"; "trainer.final_weights=best goes back to it"; and a run continued from last.pt (in place or
-    into a new folder) ends with "the history and metrics [of] an uninterrupted run". Here the best epoch comes before
-    the interruption after epoch 4 of 6: the continued run's best.pt and its reported model hold that epoch's
-    weights, as the uninterrupted run's do, not those of the epoch it continued from."""
+    """last.pt holds the early-stopping state; best.pt the weights of the epoch with the lowest validation loss, which
+    trainer.final_weights=best goes back to; and a run continued from last.pt (in place or into a new folder) ends with
+    the history and metrics of an uninterrupted run. Here the best epoch comes before the interruption after epoch 4 of
+    6: the continued run's best.pt and its reported model hold that epoch's weights, as the uninterrupted run's do, not
+    those of the epoch it continued from."""
     ids, labels = toy_problem()
     val = ids[:6], [1 - y for y in labels[:6]]  # its loss soon rises: the best epoch is early
 
@@ -612,11 +612,11 @@ def test_a_continued_run_keeps_the_best_epoch_s_weights_for_best_pt_and_for_fina
 
 
 def test_an_epochs_training_loss_is_the_mean_cross_entropy_over_its_texts_not_over_its_batches():
-    """docs/runs.md: history.csv's `train_loss` "is measured as trained, with token dropout hiding 75% of each text
-    by default, so it sits above the validation loss (evaluated on whole texts)": the same mean cross-entropy per
-    text as val_loss, only on what training saw. At lr 0 without any dropout the model never changes, so an epoch over
-    the training texts gives their validation loss; 20 texts in batches of 8 leave a last batch of 4, which a mean of
-    the batches' losses would weigh as much as a full one."""
+    """history.csv's `train_loss` is measured as trained, with token dropout hiding 75% of each text by default, so it
+    sits above the validation loss (evaluated on whole texts): the same mean cross-entropy per text as val_loss, only on
+    what training saw. At lr 0 without any dropout the model never changes, so an epoch over the training texts gives
+    their validation loss; 20 texts in batches of 8 leave a last batch of 4, which a mean of the batches' losses would
+    weigh as much as a full one."""
     ids, labels = toy_problem(n=20)
     result = fit(model(), make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
                  plain_trainer(epochs=1, lr=0.0, weight_decay=0.0), CPU)
@@ -628,10 +628,10 @@ def test_an_epochs_training_loss_is_the_mean_cross_entropy_over_its_texts_not_ov
 
 
 def test_train_and_eval_seconds_time_the_training_pass_and_the_validation_apart(monkeypatch):
-    """docs/runs.md: "`train_seconds` counts the training passes alone and `eval_seconds` the validation after each
-    epoch: they are timed apart", and elapsed_train_seconds adds up the training passes. On a clock that moves only
-    when the test says (1 s per optimiser step, 0.25 s per validation), each epoch of 8 steps trains 8 s and
-    validates 0.25 s, whatever the machine's load."""
+    """`train_seconds` counts the training passes alone and `eval_seconds` the validation after each epoch, timed apart,
+    and elapsed_train_seconds adds up the training passes. On a clock that moves only when the test says (1 s per
+    optimiser step, 0.25 s per validation), each epoch of 8 steps trains 8 s and validates 0.25 s, whatever the
+    machine's load."""
     clock = {"now": 0.0}
     monkeypatch.setattr(time, "perf_counter", lambda: clock["now"])
     real_evaluate = evaluate

@@ -161,8 +161,9 @@ def _interval(m: dict) -> str:
     return ""
 
 
-def help_table(cls: type, width: int = 118) -> str:
-    """One entry per setting: key, default, meaning and valid values; for Hydra's --help template."""
+def help_rows(cls: type) -> list[tuple[str, str, str, str]]:
+    """One row per setting of `cls`: its key, its default as typed, its meaning and its valid values ("" where any
+    value of its type is); for --help and the docs' tables of settings."""
     rows = []
     for key, (_, f) in _leaves(cls).items():
         default = f.default_factory() if f.default_factory is not NO_DEFAULT else f.default
@@ -170,8 +171,15 @@ def help_table(cls: type, width: int = 118) -> str:
         shown = show(default) if default != MISSING else f"({key.split('.')[0]}=...)" if "." in key else "(required)"
         choices = " | ".join(map(show, f.metadata.get("choices") or ()))
         interval = _interval(f.metadata)
-        valid = f"; range {interval}" if interval else f"; one of {choices}" if choices else ""
-        rows.append((key, shown, f.metadata["help"] + valid))
+        valid = f"range {interval}" if interval else f"one of {choices}" if choices else ""
+        rows.append((key, shown, f.metadata["help"], valid))
+    return rows
+
+
+def help_table(cls: type, width: int = 118) -> str:
+    """One entry per setting: key, default, meaning and valid values; for Hydra's --help template."""
+    rows = [(key, default, meaning + (f"; {valid}" if valid else ""))
+            for key, default, meaning, valid in help_rows(cls)]
     key_width = max(len(k) for k, _, _ in rows) + 2
     default_width = max(len(d) for _, d, _ in rows) + 2
     indent = 2 + key_width + default_width

@@ -1,11 +1,12 @@
-"""What the Hydra entry points (`train`, `predict`, scripts/baseline_tfidf.py) share: the schema registered with
-Hydra, the command line checked before Hydra composes it, the composed config turned into typed settings, a job's
-failures recorded in its run folder, and the end-of-sweep summary.
+"""What the Hydra entry points (`train`, `predict`, `search`, scripts/baseline_tfidf.py) share: the schema registered
+with Hydra, the command line checked before Hydra composes it, the composed config turned into typed settings, and a
+job's failures recorded in its run folder.
 
 Hydra refuses a misspelt key or a word where a number belongs with its own message, one mistake at a time, and
 accepts `+trainer.anything=...` silently. Checking the command line against the schema first lists every mistake in
-one message, names the closest valid keys, and exits with 2, like every other bad input. This is the only library
-module that sees Hydra's objects; the settings it returns are plain dataclasses.
+one message, names the closest valid keys, and exits with 2, like every other bad input. The settings it returns are
+plain dataclasses: the library behind the entry points never sees Hydra's objects (but for the sweep's callback and
+the search space, which reads Hydra's sweep syntax).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What a run leaves behind: history.csv, metrics.json, classification reports, confusion matrices, loss curves,
-attention heatmaps."""
+"""What a run reports besides its numbers: classification reports and confusion matrices per split, the loss curve,
+attention heatmaps, and how fast it reached each validation accuracy. (The run folder's files and metrics.json are
+runs/'s.)"""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-"""Every setting of `train` and `predict`, typed, with its default, its meaning and its valid range: the one source.
+"""Every setting of the commands (train, predict, the baseline, search), typed, with its default, its meaning, its
+valid range and what it decides in a run: the one source.
 
-One dataclass per config group (model, data, tokenizer, trainer, probes) and one per entry point (`TrainSettings`,
-`PredictSettings`). The entry points register them with Hydra as structured configs, so the YAML files in configs/
-hold only what differs from these defaults (a variant's `attention`, a dataset's `path`, an experiment's deltas), and
-`--help` is generated from the same fields. The library takes these objects as plain, typed arguments.
+One dataclass per config group (model, data, tokenizer, trainer, probes, logger) and one per entry point
+(`TrainSettings`, `PredictSettings`, ...). The entry points register them with Hydra as structured configs, so the YAML
+files in configs/ hold only what differs from these defaults (a variant's `attention`, a dataset's `path`, an
+experiment's deltas), and `--help` is generated from the same fields (checks.py). The library takes these objects as
+plain, typed arguments.
 
-`problems(settings)` checks ranges, choices and the rules that tie settings together, and returns every problem at
-once; `known_keys`, `lookup` and `check_value` let the command line be checked key by key before Hydra composes it.
+Each training setting says what it decides (`setting`); what summaries group by, what a continued run must keep, what
+keys the in-process input cache and what a sweep folder's name leaves out are derived from that, below the schema.
 """
 
 from __future__ import annotations

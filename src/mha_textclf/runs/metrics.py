@@ -9,18 +9,24 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from mha_textclf.runs.files import METRICS, write_json
 
 METRICS_FORMAT = "mha-textclf-metrics/2"  # /2: dataset, splits, train_samples, stages, time_to_accuracy
 
 
+def about(meaning: str, **kwargs: Any) -> Any:
+    """A field that says what it holds (docs/runs.md lists metrics.json's keys from these)."""
+    return field(metadata={"about": meaning}, **kwargs)
+
+
 @dataclass
 class SplitMetrics:
-    accuracy: float
-    macro_f1: float
-    loss: float | None  # mean cross-entropy; None for a classifier without probabilities
-    n_samples: int
+    accuracy: float = about("the share of the split's texts classified right")
+    macro_f1: float = about("F1 averaged over every class of the training split, one a small split lacks included")
+    loss: float | None = about("mean cross-entropy; null for a classifier without probabilities")
+    n_samples: int = about("the split's texts")
 
 
 @dataclass
@@ -31,39 +37,44 @@ class RunMetrics:
     here repeats either, except what every table is grouped by (model, pe, seed, and the dataset, by name).
     """
 
-    model: str  # the attention variant, or the baseline's name (tfidf-words)
-    pe: bool | None  # None for a baseline
-    seed: int
-    dataset: str  # the dataset's short name (its folder or file name, or its hub id)
-    splits: dict[str, str]  # where the train, val and test texts came from (the dataset's split, or carved)
-    train_samples: int
-    val: SplitMetrics  # the reported model (trainer.final_weights) on the validation split
-    test: SplitMetrics  # ... and on the test split, evaluated once
-    class_names: list[str]
-    params: int  # learned parameters (for a baseline: its linear model's weights and intercepts)
-    train_seconds: float  # training passes only, all epochs
-    eval_seconds: float  # validation after each epoch, all epochs
-    epochs: int  # finished epochs (0 for a baseline)
-    best_epoch: int | None  # the epoch with the lowest validation loss (best.pt's)
-    stopped_early: bool
-    interrupted_by: str | None  # SIGINT or SIGTERM when a signal stopped training
-    tokens_per_second: float | None  # real (non-padding) training tokens per training second
-    vocab_size: int | None
-    device: str
-    threads: int
-    # Training seconds (validation excluded) until validation accuracy first reached each level; None: never.
-    time_to_accuracy: dict[str, float | None] = field(default_factory=dict)
-    stages: dict[str, dict[str, float]] = field(default_factory=dict)  # seconds and peak memory (MB) of each stage
-    # Per split (train, val, test): the share of its tokens, as the model sees them (truncated; [CLS], [SEP] and
-    # [PAD] not counted), that are [UNK]. Empty for a baseline, and in files written before it was recorded.
-    unk_rate: dict[str, float] = field(default_factory=dict)
-    # The epoch whose weights model.pt holds and val/test describe (trainer.final_weights); absent in older files.
-    reported_epoch: int | None = None
-    # Settings left null that the run decided from the corpus (settings.ADAPTIVE): {key: "value: why"}.
-    adapted: dict[str, str] = field(default_factory=dict)
-    finished_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    versions: dict[str, str] = field(default_factory=lambda: library_versions())
-    format: str = METRICS_FORMAT
+    model: str = about("the attention variant, or the baseline's name (tfidf-words)")
+    pe: bool | None = about("positional encoding; null for a baseline")
+    seed: int = about("the run's seed")
+    dataset: str = about("the dataset's short name (its folder or file name, or its hub id)")
+    splits: dict[str, str] = about("where the train, val and test texts came from (the dataset's split, or carved)")
+    train_samples: int = about("the training split's texts")
+    val: SplitMetrics = about("the reported model (trainer.final_weights) on the validation split")
+    test: SplitMetrics = about("the reported model on the test split, evaluated once")
+    class_names: list[str] = about("the classes, from the data, in the order of the model's outputs")
+    params: int = about("learned parameters (for a baseline: its linear model's weights and intercepts)")
+    train_seconds: float = about("training passes only, all epochs")
+    eval_seconds: float = about("validation after each epoch, all epochs (timed apart from training)")
+    epochs: int = about("finished epochs (0 for a baseline)")
+    best_epoch: int | None = about("the epoch with the lowest validation loss (best.pt's)")
+    stopped_early: bool = about("trainer.patience ended the run before trainer.epochs")
+    interrupted_by: str | None = about("SIGINT or SIGTERM when a signal stopped training, else null")
+    tokens_per_second: float | None = about("real (non-padding) training tokens per training second")
+    vocab_size: int | None = about("the tokenizer's size (null for a baseline without one)")
+    device: str = about("where the model trained (cpu, cuda:0)")
+    threads: int = about("torch's intra-op threads")
+    time_to_accuracy: dict[str, float | None] = about(
+        "for each level of the setting time_to_accuracy, the training seconds (validation excluded) until validation "
+        "accuracy first reached it; null: never", default_factory=dict)
+    stages: dict[str, dict[str, float]] = about(
+        "seconds and peak memory (MB: the process's resident set; peak_cuda_mb on a GPU) of each stage: data, "
+        "tokenizer, encode, fit, reports", default_factory=dict)
+    unk_rate: dict[str, float] = about(
+        "per split, the share of its tokens as the model sees them (truncated; [CLS], [SEP] and [PAD] not counted) "
+        "that are [UNK]; empty for a baseline", default_factory=dict)
+    reported_epoch: int | None = about("the epoch whose weights model.pt holds and val/test describe "
+                                       "(trainer.final_weights)", default=None)
+    adapted: dict[str, str] = about("settings left null that the run decided from its corpus: "
+                                    "{key: \"value: why\"}", default_factory=dict)
+    finished_at: str = about("when the reports were written",
+                             default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    versions: dict[str, str] = about("Python, the platform and the libraries that trained it",
+                                     default_factory=lambda: library_versions())
+    format: str = about(f"{METRICS_FORMAT}: what reads it checks it", default=METRICS_FORMAT)
 
     def write(self, path: Path) -> None:
         write_json(path, asdict(self))

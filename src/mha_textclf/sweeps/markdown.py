@@ -4,6 +4,7 @@ run."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,9 +75,23 @@ def setting_text(value: str) -> str:
     return value if len(str(value)) <= 8 or number.is_integer() else f"{number:.4g}"
 
 
-def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
-                    reference: str = REFERENCE) -> list[str]:
-    """The answer for one dataset: each variant over its runs, then the paired comparisons and their verdicts."""
+@dataclass
+class Answer:
+    """The answer for one dataset, as tables of text: summary.md shows them, and so do the docs' result tables."""
+
+    dataset: str
+    variants: pd.DataFrame  # each variant over its runs: speed, memory, accuracy
+    repeats: bool  # some variant ran a seed more than once: its ± is between repeats, not seeds
+    memory_note: str
+    reference: str | None  # the variant the others are paired against; None with a single variant
+    why: str  # why that one
+    against: pd.DataFrame | None  # each other variant against the reference, paired over shared seeds
+    pe: pd.DataFrame | None  # pe=True against pe=False, paired over shared seeds
+
+
+def answer(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
+           reference: str = REFERENCE) -> Answer:
+    """Each variant over its runs on `dataset`, then the paired comparisons and their verdicts."""
     settings = setting_columns(runs)
     table = groups[groups["dataset"] == dataset].reset_index(drop=True)
     has_cuda = table["peak_cuda_mb_mean"].notna().any()
@@ -94,34 +109,23 @@ def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, data
                 ("val accuracy", "val_accuracy"), ("test accuracy", "test_accuracy"),
                 ("val macro-F1", "val_macro_f1"), ("test macro-F1", "test_macro_f1")]},
         })
-    parts = [f"## The answer: {dataset}", "",
-             "Each variant over its runs: mean ± std over the runs (no ± for a single run); `seeds` counts distinct "
-             "seeds, and runs beyond them are repeats of a seed. Epoch time is the median training epoch (validation "
-             "excluded); times and tokens/s are relative to the fastest variant on this dataset.", "",
-             markdown_table(pd.DataFrame(rows)), ""]
-    if (table["runs"] > table["seeds"]).any():
-        parts += ["Some variants ran a seed more than once: their ± is the spread between repeats (timing, "
-                  "non-determinism), not between seeds.", ""]
-    parts += [_memory_note(folder, runs), ""]
-
     done = finished(runs)
     done = done[done["dataset"] == dataset]
     models = list(dict.fromkeys(table.loc[table["pe"] != NO_PE, "model"]))
+    ref, why, against = None, "", None
     if len(models) > 1:
         ref = reference if reference in models else _fastest_model(table)
         why = ("the reference" if ref == reference else
                f"{reference}, the reference, is not in this sweep, so the fastest variant")
-        rows = []
+        paired = []
         for key, variant in _variants(done, settings):
             model, pe, *rest = key
             if model == ref:
                 continue
             base = _select(done, ref, pe, settings, rest)
-            rows.append(_variant_label({"model": model, "pe": pe, **dict(zip(settings, rest, strict=True))}, settings)
-                        | _paired(folder, variant, base))
-        parts += [f"### Against {ref} ({why}), paired over shared seeds", "",
-                  f"Each row: the variant against {ref} with the same pe and settings; a ratio above 1 means more "
-                  f"seconds per epoch than {ref}.", "", markdown_table(pd.DataFrame(rows)), ""]
+            paired.append(_variant_label({"model": model, "pe": pe, **dict(zip(settings, rest, strict=True))},
+                                         settings) | _paired(folder, variant, base))
+        against = pd.DataFrame(paired)
     pe_rows = []
     for key, variant in _variants(done, settings):
         model, pe, *rest = key
@@ -132,10 +136,31 @@ def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, data
             pe_rows.append(_variant_label({"model": model, "pe": "True vs False",
                                            **dict(zip(settings, rest, strict=True))}, settings)
                            | _paired(folder, variant, base))
-    if pe_rows:
-        parts += ["### pe=True against pe=False, paired over shared seeds", "",
-                  markdown_table(pd.DataFrame(pe_rows)), ""]
-    if len(models) > 1 or pe_rows:
+    return Answer(dataset, pd.DataFrame(rows), bool((table["runs"] > table["seeds"]).any()),
+                  _memory_note(folder, runs), ref, why, against, pd.DataFrame(pe_rows) if pe_rows else None)
+
+
+def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
+                    reference: str = REFERENCE) -> list[str]:
+    """The answer for one dataset (`answer`) as summary.md shows it."""
+    found = answer(folder, runs, groups, dataset, reference)
+    parts = [f"## The answer: {dataset}", "",
+             "Each variant over its runs: mean ± std over the runs (no ± for a single run); `seeds` counts distinct "
+             "seeds, and runs beyond them are repeats of a seed. Epoch time is the median training epoch (validation "
+             "excluded); times and tokens/s are relative to the fastest variant on this dataset.", "",
+             markdown_table(found.variants), ""]
+    if found.repeats:
+        parts += ["Some variants ran a seed more than once: their ± is the spread between repeats (timing, "
+                  "non-determinism), not between seeds.", ""]
+    parts += [found.memory_note, ""]
+    if found.against is not None:
+        ref = found.reference
+        parts += [f"### Against {ref} ({found.why}), paired over shared seeds", "",
+                  f"Each row: the variant against {ref} with the same pe and settings; a ratio above 1 means more "
+                  f"seconds per epoch than {ref}.", "", markdown_table(found.against), ""]
+    if found.pe is not None:
+        parts += ["### pe=True against pe=False, paired over shared seeds", "", markdown_table(found.pe), ""]
+    if found.against is not None or found.pe is not None:
         parts += [f"How to read the comparisons: {RULES}", ""]
     return parts
 
@@ -283,8 +308,9 @@ def _readable_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table (pandas' to_markdown would need the tabulate package for this alone)."""
-    cells = [[str(c) for c in frame.columns]] + [["" if pd.isna(v) else str(v) for v in row]
+    """A GitHub-flavoured Markdown table (pandas' to_markdown would need the tabulate package for this alone); a `|` in
+    a cell is escaped, so that it stays in its cell."""
+    cells = [[str(c) for c in frame.columns]] + [["" if pd.isna(v) else str(v).replace("|", "\\|") for v in row]
                                                  for row in frame.itertuples(index=False)]
     lines = ["| " + " | ".join(row) + " |" for row in cells]
     lines.insert(1, "|" + "|".join("---" for _ in frame.columns) + "|")
