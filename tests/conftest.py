@@ -15,10 +15,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import commands
 import hypothesis
 import pytest
 import yaml
+
+import commands
 
 # Property tests: no deadline (a shared 2-core machine times nothing reliably), and under CI the same examples in
 # every run, so that a red CI run is red again on a rerun.

@@ -4,13 +4,13 @@ and a run folder that the summaries table next to the attention runs."""
 import json
 from dataclasses import replace
 
-import commands
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 from sklearn.feature_extraction.text import TfidfVectorizer
 
+import commands
 from conftest import REPO, capture_figures, settings_for, write_jsonl
 from mha_textclf.baseline import run_baseline, tfidf_baseline
 from mha_textclf.data.corpus import load_corpus

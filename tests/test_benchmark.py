@@ -5,11 +5,11 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import commands
 import numpy as np
 import pandas as pd
 import pytest
 
+import commands
 from conftest import REPO, load_script, require, settings_for
 from mha_textclf.attention import build_attention
 from mha_textclf.benchmark import Case, attention_flops, naive_memory_gb, ratios

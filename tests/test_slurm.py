@@ -13,13 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-import commands
 import pandas as pd
 import pytest
 
+import commands
 from conftest import REPO, load_script, run_train
 from mha_textclf.runs.metrics import RunMetrics
-from test_search import assert_reports_describe, load_tiny_study, trial_folders_in, worker_command
+from search_fakes import assert_reports_describe, load_tiny_study, trial_folders_in, worker_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

@@ -135,7 +135,7 @@ def test_mlflow_holds_each_epoch_under_its_epoch_and_each_step_under_its_step(tr
 @pytest.mark.slow
 def test_the_store_from_the_environment_and_an_experiment_named_in_the_settings(data_dir, tmp_path, monkeypatch):
     """MLFLOW_TRACKING_URI points at the store; logger.mlflow.experiment wins over the sweep's name. (The jobs of a
-    sweep in one experiment named after it, in the default store: test_train.py's multirun.)"""
+    sweep in one experiment named after it, in the default store: test_end_to_end.py's multirun.)"""
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -237,7 +237,7 @@ def test_where_a_gpu_is_cuda_and_cuda_n_name_the_gpu_asked_for(monkeypatch):
 @pytest.mark.parametrize("name", ["cuda", "cuda:1"])
 def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monkeypatch):
     """`device=cuda` without a GPU says "PyTorch sees no CUDA GPU; use device=cpu or device=auto": the setting named,
-    and both ways to run, not only that the GPU is missing (test_cli_errors.py reads the first half through the command
+    and both ways to run, not only that the GPU is missing (test_cli.py reads the first half through the command
     line, where there is no GPU)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError) as refused:

@@ -1,22 +1,28 @@
-"""Through the real command line: bad input gives one clear message, exit code 2 (Hydra's errors: 1), and no traceback.
+"""cli.py: the command line checked before Hydra composes it, and through the real commands: bad input gives one
+clear message, exit code 2 (Hydra's errors: 1), and no traceback.
 
-Most mistakes are checked in-process (test_settings.py, test_data.py); these few keep the wiring honest: our own
-check before Hydra, Hydra's own errors, errors found while loading data, and predict.
+What a setting's value may be is checks.py's (test_checks.py), what data may hold corpus.py's (test_corpus.py); these
+keep the wiring honest: our own check before Hydra, Hydra's own errors and flags, errors found while loading data,
+and predict; the --help pages; run_job recording a failure in the run folder; a mistake answered before torch is
+imported.
 """
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-import commands
 import pytest
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+import commands
 from conftest import REPO, compose_config, fingerprint, run_cli, write_jsonl
 from mha_textclf import cli
 from mha_textclf.errors import RunFolderError, UserError
+from mha_textclf.settings import TrainSettings
+from settings_fakes import command_line_problems
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]", "data.max_length=128"]
 
@@ -227,3 +233,27 @@ def test_a_crash_that_is_no_mistake_is_written_to_error_txt_and_a_sweep_goes_on_
     (row,) = runs_table(sweep).to_dict("records")
     assert (row["status"], row["seed"]) == ("failed", 3)
     assert row["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+@pytest.mark.parametrize(("app", "help_command"), [
+    ("train", "python -m train --help"), ("predict", "python -m predict --help"),
+    ("search", "python -m search --help"), ("baseline", "python scripts/baseline_tfidf.py --help")])
+def test_a_mistake_ends_with_the_help_command_of_the_command_that_was_typed(app, help_command, capsys):
+    """A mistake in the settings stops with one message that lists every problem and what to change (exit code 2),
+    and ends with the command that lists what is valid: each command's own help page, the one that lists its
+    settings (predict's, search's and the baseline's are not train's)."""
+    with pytest.raises(SystemExit) as exit_code:
+        cli.check_command_line(app, ["no_such_setting=1"])
+    assert exit_code.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"Every setting, its default and meaning: {help_command}"
+
+
+def test_groups_help_and_hydras_own_keys_are_left_to_hydra():
+    assert command_line_problems("model=transformer") == []  # Hydra lists the variants itself
+    assert command_line_problems("hydra.run.dir=/tmp/x", "hydra/launcher=basic") == []
+    assert command_line_problems("--help", "trainer.epoch=3") == []
+
+
+def test_overrides_parse_like_hydra():
+    (override,) = OverridesParser.create().parse_overrides(["+trainer.lr=1e-3"])
+    assert cli.check_override(TrainSettings, override) == []

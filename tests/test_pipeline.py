@@ -1,9 +1,8 @@
-"""End to end: the shared tiny run checks the run-folder contract and what its files say (against scikit-learn and
-the run's own model and data), one multirun through the CLI compares the variants, and the stopping rules (early
-stopping, a diverging loss, a signal during the final evaluation) leave honest files."""
+"""Tests src/mha_textclf/pipeline.py: train(settings, run_dir) in-process. The shared tiny run checks the
+run-folder contract and what its files say (against scikit-learn and the run's own model and data); its stages,
+threads, loaders and unknown tokens; and the stopping rules (early stopping, a diverging loss, a signal during
+the final evaluation) leave honest files."""
 
-import csv
-import dataclasses
 import json
 import logging
 import os
@@ -12,7 +11,6 @@ import signal
 import time
 from pathlib import Path
 
-import commands
 import numpy as np
 import pandas as pd
 import pytest
@@ -22,41 +20,42 @@ import yaml
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 from sklearn.utils.class_weight import compute_class_weight
 
-from conftest import (
-    REPO,
-    logits_one_by_one,
-    optional,
-    require,
-    run_cli,
-    run_split,
-    settings_for,
-    train_in_process,
-    write_jsonl,
-)
+from conftest import logits_one_by_one, require, run_split, settings_for, train_in_process, write_jsonl
 from mha_textclf import pipeline as train_module
-from mha_textclf import resolve, training
+from mha_textclf import training
 from mha_textclf.data.corpus import load_corpus
 from mha_textclf.inference import load_run, predict
-from mha_textclf.model import ModelConfig, TextClassifier
+from mha_textclf.model import TextClassifier
 from mha_textclf.runs import files, lifecycle
 from mha_textclf.runs.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.runs.metrics import RunMetrics
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, DataSettings, TrainerSettings, flat
+from mha_textclf.settings import DataSettings
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.wordpiece import SPECIAL_TOKENS, train_tokenizer
 from mha_textclf.tracking import Trackers
 from mha_textclf.training import DivergenceError
+from run_fakes import SMOKE, history
 
-SMOKE = ["experiment=smoke"]
 CONTRACT = ["config.yaml", "history.csv", "loss_curve.png", "classification_report_val.txt",
             "classification_report_val.json", "classification_report_test.txt", "classification_report_test.json",
             "confusion_matrix_val.png", "confusion_matrix_test.png", "metrics.json", "model.pt", "best.pt", "last.pt",
             "tokenizer/tokenizer.json", "attention_can_you_can_that.png", "order_probe.json"]
 
 
-def history(run_dir: Path) -> list[dict]:
-    with (run_dir / "history.csv").open() as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+class StopAfterBuildingError(Exception):
+    """Ends a run once its loaders and model are built: what the settings decided is seen before any training."""
+
+
+def peak_rss_resets() -> bool:
+    """Whether this kernel lets a process reset its peak RSS (Linux, where /proc/self/clear_refs is writable)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+PATIENCE = 1
 
 
 def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
@@ -186,10 +185,6 @@ def test_on_a_gpu_every_split_s_batches_come_pinned_and_on_the_cpu_they_do_not(t
         assert {name: loader.pin_memory for name, loader in loaders.items()} == dict.fromkeys(loaders, pinned), device
 
 
-class StopAfterBuildingError(Exception):
-    """Ends a run once its loaders and model are built: what the settings decided is seen before any training."""
-
-
 def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settings_shape_the_batches(
         tmp_path, monkeypatch):
     """Seeds vary the model, not the data: on a corpus with a validation split of its own (so that the seed changes no
@@ -255,15 +250,6 @@ def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, 
     (row,) = history(tmp_path)
     assert row["eval_seconds"] >= 0.5 and row["train_seconds"] < row["eval_seconds"]  # a smoke epoch trains in ~0.1 s
     assert row["train_seconds"] == pytest.approx(row["elapsed_train_seconds"])
-
-
-def peak_rss_resets() -> bool:
-    """Whether this kernel lets a process reset its peak RSS (Linux, where /proc/self/clear_refs is writable)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def test_each_stage_records_its_own_seconds_and_the_peak_memory_within_it():
@@ -394,58 +380,36 @@ def test_the_unk_rate_of_every_split_is_logged_as_metrics_json_records_it(caplog
     assert {split: float(share) / 100 for split, share in logged.items()} == pytest.approx(expected, abs=5e-6)
 
 
-@pytest.mark.parametrize(("launcher", "expected"), [
-    ({"n_jobs": 2}, lambda cores: max(1, cores // 2)),  # joblib: the cores shared among its jobs
-    ({"n_jobs": -1}, lambda cores: 1),  # joblib's default: as many jobs as cores, one thread each
-    ({"n_jobs": None}, lambda cores: 1),
-    ({"cpus_per_task": 3}, lambda cores: 3),  # submitit
-    ({}, lambda cores: None),  # the basic launcher, one job at a time: torch's default
-])
-def test_parallel_jobs_share_the_cores(launcher, expected):
-    from omegaconf import OmegaConf
-
-    from train import launcher_threads
-
-    assert launcher_threads(OmegaConf.create(launcher)) == expected(os.cpu_count() or 1)
-
-
-@pytest.mark.parametrize(("cores", "n_jobs", "threads"), [
-    (16, 3, 5), (16, 4, 4), (6, 4, 1), (16, 32, 1),  # cores // n_jobs, rounded down, at least one
-    (16, -1, 1), (16, -15, 8), (16, -16, 16),  # joblib's negatives: -1 as many jobs as cores, -2 all but one, ...
-])
-def test_joblib_jobs_take_the_cores_divided_among_them_rounded_down(cores, n_jobs, threads, monkeypatch):
-    """Under the joblib launcher each job uses `cores // n_jobs` torch threads (`n_jobs=-1`, joblib's default, means
-    one thread per job), rounded down, so that the jobs never take more threads than the machine has cores. Asked of
-    machines larger than this one (a patched os.cpu_count), where the rounding shows."""
-    from omegaconf import OmegaConf
-
-    from train import launcher_threads
-
-    monkeypatch.setattr(os, "cpu_count", lambda: cores)
-    assert launcher_threads(OmegaConf.create({"n_jobs": n_jobs})) == threads
-
-
-def test_a_run_and_a_sweep_job_hand_their_sweeper_the_validation_accuracy_not_the_test_accuracy(monkeypatch):
-    """src/train.py, hydra_main: "One run (or sweep job): returns validation accuracy, for sweepers": what a Hydra
-    sweeper optimises is the validation split's accuracy, so that choosing settings never looks at the test split.
-    Asked of hydra_main itself, for a single run and a sweep job, with the job patched to report a validation and a
-    test accuracy that differ (no training needed)."""
+def test_the_unk_warning_reads_the_training_texts_characters_not_the_evaluation_splits(caplog):
+    """Above 1% of unknown tokens a run warns, with the `tokenizer.vocab_size` at which every character fits, or, when
+    they all fit already, that the unknown tokens are characters the training texts never have: a test split
+    full of a character the training texts never have gets the second warning, not a vocab_size; and a size named for
+    training characters that do not fit counts those of the training texts, not those the test split happens to
+    have."""
     from types import SimpleNamespace
 
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
+    from mha_textclf.data.corpus import Corpus, Split
+    from mha_textclf.tokenizer.encoding import encode
 
-    import train
-    from mha_textclf import cli
+    def warning(tokenizer, texts) -> str:
+        loaders = {split: SimpleNamespace(dataset=SimpleNamespace(input_ids=encode(tokenizer, split_texts, 128)))
+                   for split, split_texts in texts.items()}
+        corpus = Corpus(*(Split(split_texts, [0] * len(split_texts)) for split_texts in texts.values()), ["a"])
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="train"):
+            train_module.unknown_tokens(tokenizer, loaders, corpus)
+        (said,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        return said
 
-    metrics = SimpleNamespace(val=SimpleNamespace(accuracy=0.75), test=SimpleNamespace(accuracy=0.5),
-                              interrupted_by=None)
-    monkeypatch.setattr(cli, "run_job", lambda job, cfg: metrics)
-    for mode in (RunMode.RUN, RunMode.MULTIRUN):
-        hydra_cfg = OmegaConf.create({"overrides": {"task": ["seed=1"]}, "launcher": {},
-                                      "sweep": {"dir": "outputs/multirun/sweep"}, "mode": mode})
-        monkeypatch.setattr(train.HydraConfig, "get", staticmethod(lambda cfg=hydra_cfg: cfg))
-        assert train.hydra_main.__wrapped__(OmegaConf.create({})) == 0.75
+    every = train_tokenizer(["abc abd"], vocab_size=40)  # every training character fits
+    said = warning(every, {"train": ["abc abd"] * 10, "val": ["abc abd"] * 10, "test": ["xyz abc"] * 10})
+    assert "of the test tokens, though every character of the training texts is in the vocabulary" in said
+    # Too small for the training characters: a and b (10 times), c, d (4), e..h once; five of them and ##d ##f ##h
+    # are left out (test_wordpiece.py: the 11-token vocabulary lacks 8 tokens, 19 holds them all).
+    texts = ["ab ab ab ab ab ba ba ba ba ba", "c c c c dd dd ef gh"]
+    small = train_tokenizer(texts, vocab_size=11)
+    said = warning(small, {"train": texts, "val": texts, "test": ["dd dd dd", "ab"]})
+    assert "5 characters of the training texts are not in the 11-token vocabulary. Use tokenizer.vocab_size=19" in said
 
 
 def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path, monkeypatch):
@@ -481,61 +445,6 @@ def test_without_trainer_num_threads_torch_keeps_its_threads_or_takes_the_launch
             assert threads.value.args == (expected,)
     finally:
         torch.set_num_threads(1)  # in-process tests run on one thread (conftest)
-
-
-@pytest.mark.slow
-def test_multirun_variants_agree(data_dir, tmp_path, monkeypatch):
-    """Same seed, three variants, with and without PE: the same training trajectory (one function). Run from a
-    folder of its own: the sweep lands in its outputs/multirun/<date>_<time with µs>/, and nothing else there but
-    MLflow's default store, where the jobs share one experiment named after the sweep."""
-    mlflow = optional("mlflow", "tracking")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the default store
-    # One thread per job: the models are tiny, and the variants must agree whatever the threads.
-    result = run_cli("train", "-m", "model=naive,efficient,torch", "pe=false,true", *SMOKE, "trainer.num_threads=1",
-                     "logger=mlflow", data_dir=data_dir, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert os.listdir(tmp_path) == ["outputs"]
-    assert sorted(os.listdir(tmp_path / "outputs")) == ["mlartifacts", "mlflow.db", "multirun"]
-    (sweep,) = (tmp_path / "outputs" / "multirun").iterdir()
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-\d{6}", sweep.name)
-    jobs = {p.name: p for p in sweep.iterdir() if p.is_dir()}
-    assert sorted(int(name.split("_")[0]) for name in jobs) == list(range(6))  # one folder per job, numbered
-    assert "0_experiment-smoke_logger-mlflow_model-naive_pe-False_trainer.num_threads-1" in jobs
-    assert not any("=" in name or "," in name for name in jobs)  # passed back unquoted as run_dir= or resume=
-    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
-    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
-    assert experiment.name == f"sweep {sweep.name}"
-    tracked = client.search_runs([experiment.experiment_id])
-    assert sorted(r.info.run_name for r in tracked) == sorted(jobs)
-    assert {(r.data.tags["model"], r.data.tags["pe"]) for r in tracked} == {
-        (m, pe) for m in ("naive", "efficient", "torch") for pe in ("False", "True")}
-    assert {r.data.tags["sweep"] for r in tracked} == {experiment.name}  # a sweep's jobs are tagged with it
-
-    def job(model: str, pe: str) -> Path:
-        (name,) = [n for n in jobs if f"_model-{model}_pe-{pe}_" in n]
-        return jobs[name]
-
-    for pe in ("False", "True"):
-        runs = {m: job(m, pe) for m in ("naive", "efficient", "torch")}
-        histories = {m: history(d) for m, d in runs.items()}
-        metrics = {m: RunMetrics.read(d / "metrics.json") for m, d in runs.items()}
-        assert len(histories["efficient"]) == 2
-        for m in ("naive", "torch"):
-            for mine, theirs in zip(histories[m], histories["efficient"], strict=True):
-                for column in ("train_loss", "val_loss"):
-                    assert mine[column] == pytest.approx(theirs[column], rel=1e-4), (m, pe, column)
-            assert metrics[m].val.accuracy == pytest.approx(metrics["efficient"].val.accuracy, abs=1e-9)
-            assert metrics[m].params == metrics["efficient"].params
-    # The end-of-sweep hook summarised it: one row per job, the grouped table, both plots.
-    summary = pd.read_csv(sweep / "summary.csv")
-    assert len(summary) == 6 and set(summary["status"]) == {"ok"}
-    assert sorted(zip(summary["model"], summary["pe"], strict=True)) == sorted(
-        (m, pe) for m in ("naive", "efficient", "torch") for pe in (False, True))
-    assert "## By dataset, model, pe" in (sweep / "summary.md").read_text()
-    assert (sweep / "loss_curves.png").stat().st_size > 0 and (sweep / "accuracy_vs_time.png").stat().st_size > 0
-
-
-PATIENCE = 1
 
 
 @pytest.mark.slow
@@ -637,29 +546,6 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
     assert (status["state"], status["attempt"], status["message"]) == (lifecycle.FINISHED, 2, None)
 
 
-@pytest.mark.slow
-def test_relative_paths_are_read_from_the_folder_the_command_runs_in(data_dir, minilm_dir, tmp_path, monkeypatch):
-    """data.path (here through BBC_NEWS_PATH), tokenizer.base, resume= and predict's run_dir=, each relative (as in
-    `export BBC_NEWS_PATH=../shared/data/bbc-news`), in folders that exist only from there."""
-    (tmp_path / "corpora").mkdir()
-    (tmp_path / "corpora" / "bbc-news").symlink_to(data_dir)
-    (tmp_path / "tokenizers").mkdir()
-    (tmp_path / "tokenizers" / "minilm").symlink_to(minilm_dir)
-    (tmp_path / "project").mkdir()
-    monkeypatch.chdir(tmp_path / "project")
-    monkeypatch.setenv("BBC_NEWS_PATH", "../corpora/bbc-news")
-    tiny = [*SMOKE, "trainer.epochs=1", "probes.attention=[]", "tokenizer.base=../tokenizers/minilm"]
-    settings = settings_for(*tiny)
-    assert settings.data.path == "../corpora/bbc-news"  # as given: read from here, wherever that is
-    metrics = train_module.train(settings, Path("run"))
-    assert metrics.dataset == "bbc-news" and metrics.train_samples == 48
-    assert (tmp_path / "project" / "run" / "metrics.json").is_file()
-    resumed = train_module.train(settings_for(*tiny, "resume=run"), Path("resumed"))
-    assert resumed.epochs == 1 and [r["epoch"] for r in history(tmp_path / "project" / "resumed")] == [1]
-    table = predict(settings_for("run_dir=run", "text=the striker scored twice", app="predict"))
-    assert table["predicted"].tolist()[0] in metrics.class_names
-
-
 def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypatch, tmp_path, data_dir):
     real_evaluate = train_module.evaluate
     calls = []
@@ -691,31 +577,6 @@ def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypat
     assert (tmp_path / "classification_report_test.txt").exists()
     assert closed == ["KILLED"]  # a run stopped by a signal, for the loggers
     assert signal.getsignal(signal.SIGINT) is handler  # the run's handler is gone again
-
-
-TIMES = {"train_seconds", "eval_seconds", "elapsed_train_seconds"}
-
-
-@pytest.mark.slow
-def test_the_same_command_in_two_processes_with_cold_caches_gives_the_same_numbers(data_dir, tmp_path):
-    """Each process trains its own tokenizer into its own empty cache: same ids, so the same run, digit for digit.
-    One is a fresh interpreter, the other forked from the tests' preloaded one (tests/commands.py): two hash seeds,
-    two histories of imports."""
-    processes = {}
-    for name in ("a", "b"):
-        env = os.environ | {"BBC_NEWS_PATH": str(data_dir), "MHA_TEXTCLF_CACHE": str(tmp_path / f"cache-{name}")}
-        processes[name] = commands.start(["-m", "train", *SMOKE, "trainer.num_threads=1", "probes.attention=[]",
-                                          f"hydra.run.dir={tmp_path / name}"], cwd=REPO, env=env, fresh=name == "a")
-    for process in processes.values():
-        _, stderr = process.communicate(timeout=600)
-        assert process.returncode == 0, stderr[-3000:]
-    tables = {name: pd.read_csv(tmp_path / name / "history.csv", dtype=str) for name in processes}
-    assert len(tables["a"]) == 2
-    pd.testing.assert_frame_equal(tables["a"].drop(columns=list(TIMES)), tables["b"].drop(columns=list(TIMES)))
-    metrics = {name: RunMetrics.read(tmp_path / name / "metrics.json") for name in processes}
-    assert (metrics["a"].val, metrics["a"].test) == (metrics["b"].val, metrics["b"].test)
-    tokenizers = [(tmp_path / name / "tokenizer" / "tokenizer.json").read_bytes() for name in processes]
-    assert tokenizers[0] == tokenizers[1]
 
 
 @pytest.mark.slow
@@ -759,87 +620,3 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
     assert min(history(run_dir), key=lambda r: r["val_loss"])["val_loss"] == pytest.approx(expected, rel=1e-5)
     table = predict(settings_for(f"run_dir={run_dir}", "text=[crude crude report,earn earn report]", app="predict"))
     assert list(table.columns) == ["text", *sorted(topics), "predicted"]
-
-
-@pytest.mark.parametrize(("lengths", "long"), [
-    ([LONG_TEXT] * 3 + [10] * 2, True),  # the median at the threshold: long
-    ([LONG_TEXT - 1] * 3 + [1000] * 2, False),  # many very long texts, but not half
-    ([10, LONG_TEXT - 2, LONG_TEXT + 2, 1000], True),  # an even count: the mean of the middle two
-    ([10, LONG_TEXT - 2, LONG_TEXT + 1, 1000], False),
-])
-def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_half_the_texts_at_128_tokens(lengths,
-                                                                                                        long):
-    decided = resolve.by_text_length(lengths)
-    assert {k: d.value for k, d in decided.items()} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
-    assert {d.why for d in decided.values()} == {
-        f"the median training text has {np.median(lengths):g} tokens, "
-        f"{'at least' if long else 'fewer than'} {LONG_TEXT}: {'a corpus of long texts' if long else 'short texts'}"}
-
-
-class _DecidedError(Exception):
-    """Raised in place of building the model: the settings a run decided, before it trains."""
-
-
-@pytest.mark.parametrize("long_split", ["train", "validation"])
-def test_the_long_text_rule_counts_the_training_texts_not_the_evaluation_splits(tmp_path, monkeypatch, long_split):
-    """A corpus counts as one of long texts where half the *training* texts have 128 tokens or more. A corpus whose
-    training texts are long and whose validation and test texts are short is a corpus of long texts, and the other
-    way round it is not: decided from the training split alone (stopped before the model is built, nothing
-    trained)."""
-    words = [f"w{i}" for i in range(40)]
-    long_text, short_text = " ".join(words * 5), " ".join(words[:4])  # 200 words; 4
-    rows = {split: [{"text": long_text if split == long_split else short_text, "label": label}
-                    for label in ("a", "b") for _ in range(4)] for split in ("train", "validation", "test")}
-    folder = write_jsonl(tmp_path / "data", rows)
-    decided = []
-
-    def build_model(settings, *args):
-        decided.append(settings)
-        raise _DecidedError
-
-    monkeypatch.setattr(train_module, "build_model", build_model)
-    with pytest.raises(_DecidedError):
-        train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
-    long = long_split == "train"
-    values = flat(dataclasses.asdict(decided[0]))
-    assert {k: values[k] for k in BY_TEXT_LENGTH} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
-
-
-def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and_what_to_do():
-    with pytest.raises(ValueError, match=r"model\.d_model, model\.token_dropout left null: a setting that adapts"):
-        ModelConfig(attention="efficient", vocab_size=50, n_classes=2, n_heads=2, pe=False, max_length=8, pad_id=0)
-    with pytest.raises(ValueError, match=r"trainer\.epochs left null: .*give it a value, or let "
-                                         r"resolve\.resolve decide it"):
-        training.fit(torch.nn.Linear(1, 1), [], [], TrainerSettings(label_smoothing=0.0), torch.device("cpu"))
-
-
-def test_the_unk_warning_reads_the_training_texts_characters_not_the_evaluation_splits(caplog):
-    """Above 1% of unknown tokens a run warns, with the `tokenizer.vocab_size` at which every character fits, or, when
-    they all fit already, that the unknown tokens are characters the training texts never have: a test split
-    full of a character the training texts never have gets the second warning, not a vocab_size; and a size named for
-    training characters that do not fit counts those of the training texts, not those the test split happens to
-    have."""
-    from types import SimpleNamespace
-
-    from mha_textclf.data.corpus import Corpus, Split
-    from mha_textclf.tokenizer.encoding import encode
-
-    def warning(tokenizer, texts) -> str:
-        loaders = {split: SimpleNamespace(dataset=SimpleNamespace(input_ids=encode(tokenizer, split_texts, 128)))
-                   for split, split_texts in texts.items()}
-        corpus = Corpus(*(Split(split_texts, [0] * len(split_texts)) for split_texts in texts.values()), ["a"])
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger="train"):
-            train_module.unknown_tokens(tokenizer, loaders, corpus)
-        (said,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-        return said
-
-    every = train_tokenizer(["abc abd"], vocab_size=40)  # every training character fits
-    said = warning(every, {"train": ["abc abd"] * 10, "val": ["abc abd"] * 10, "test": ["xyz abc"] * 10})
-    assert "of the test tokens, though every character of the training texts is in the vocabulary" in said
-    # Too small for the training characters: a and b (10 times), c, d (4), e..h once; five of them and ##d ##f ##h
-    # are left out (test_tokenizer: the 11-token vocabulary lacks 8 tokens, 19 holds them all).
-    texts = ["ab ab ab ab ab ba ba ba ba ba", "c c c c dd dd ef gh"]
-    small = train_tokenizer(texts, vocab_size=11)
-    said = warning(small, {"train": texts, "val": texts, "test": ["dd dd dd", "ab"]})
-    assert "5 characters of the training texts are not in the 11-token vocabulary. Use tokenizer.vocab_size=19" in said

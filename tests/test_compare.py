@@ -1,5 +1,5 @@
-"""Paired comparisons: intervals against scipy's own, the noise floor against an exact McNemar test, and verdicts
-that call float-rounding noise noise."""
+"""sweeps/compare.py: paired comparisons. Intervals against scipy's own, the noise floor against an exact McNemar
+test, and verdicts that call float-rounding noise noise."""
 
 import math
 import re

@@ -1,5 +1,6 @@
-"""A run folder knows its state: the same command again continues, skips or refuses; a kill at any moment leaves a
-folder that continues to the uninterrupted result, every epoch once."""
+"""Tests src/mha_textclf/runs/lifecycle.py: a run folder knows its state. The same command again continues,
+skips or refuses; resume= continues a run into a new folder; a kill or a signal at any moment leaves a folder
+that continues to the uninterrupted result, every epoch once; a sweep run again trains what is not finished."""
 
 import csv
 import dataclasses
@@ -7,25 +8,26 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import socket
 import textwrap
 import time
 
-import commands
 import pytest
 import torch
 import yaml
 
-from conftest import REPO, fingerprint, run_split, settings_for, train_in_process
+import commands
+from conftest import REPO, fingerprint, settings_for, train_in_process
 from mha_textclf import pipeline, training
+from mha_textclf import pipeline as train_module
 from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.runs import files, lifecycle
+from mha_textclf.runs.checkpoint import load_training_state
 from mha_textclf.runs.metrics import RunMetrics
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, SCHEDULES, flat, show
+from mha_textclf.settings import SCHEDULES, flat
 from mha_textclf.sweeps.collect import run_row
-from mha_textclf.tokenizer.cache import load_tokenizer
-from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
 
 # Dropout, token dropout, a warm-up + cosine schedule and length grouping carry RNG and schedule state across epochs:
 # continuing must restore all of it for the history to match the uninterrupted run's.
@@ -59,6 +61,81 @@ def assert_same_as_uninterrupted(run_dir, metrics, uninterrupted):
         every_attempt = sum(float(r["train_seconds"]) for r in csv.DictReader(f))
     assert metrics.train_seconds == RunMetrics.read(run_dir / "metrics.json").train_seconds
     assert metrics.train_seconds == pytest.approx(every_attempt, abs=1e-3)
+
+
+# Each kill point runs the pipeline in a subprocess that SIGKILLs itself there: nothing of Python's cleanup runs.
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    sys.path.insert(0, "tests")
+    from conftest import train_in_process
+    from mha_textclf import pipeline, training
+    from mha_textclf.runs import checkpoint
+    from pathlib import Path
+    point, run_dir, data_dir, *overrides = sys.argv[1:]
+    die = lambda: os.kill(os.getpid(), signal.SIGKILL)
+    if point == "mid-epoch":  # after the first step of epoch 2
+        real_epoch = training._train_epoch
+        def epoch(*args):
+            if args[6] == 2:
+                args = list(args)
+                args[9] = lambda step, values: die()
+            return real_epoch(*args)
+        training._train_epoch = epoch
+    elif point == "mid-save":  # while last.pt of epoch 2 is being written (history.csv already has its row)
+        real_save = checkpoint.atomic_save
+        def save(obj, path):
+            if path.name == "last.pt" and obj["epoch"] == 2:
+                path.with_name(".last.pt.tmp").write_bytes(b"half a checkpoint")
+                die()
+            real_save(obj, path)
+        checkpoint.atomic_save = save
+    elif point == "mid-report":  # all epochs done, metrics.json written, probes not yet
+        pipeline.write_probes = lambda *args: die()
+    train_in_process(Path(run_dir), *overrides, data_dir=Path(data_dir))
+""")
+
+
+def stopped_in_epoch_2(run_dir, data_dir, monkeypatch) -> None:
+    """A run Ctrl-C'd during its second epoch: one epoch finished, in last.pt and history.csv."""
+    real_epoch = training._train_epoch
+
+    def epoch(*args):
+        if args[6] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_epoch(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(training, "_train_epoch", epoch)
+        train_in_process(run_dir, *COMMON, data_dir=data_dir)
+
+
+def sweep(sweep_dir, *extra, data_dir):
+    """`python -m train -m` over two variants into `sweep_dir`, started in the background."""
+    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
+    return commands.start(["-m", "train", "-m", "model=naive,efficient", *COMMON, *extra,
+                           f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, env=env, merge_stderr=True)
+
+
+# Dropout (attention, embedding and token dropout draw from the global RNG), a warm-up + cosine schedule, early
+# stopping and length grouping all carry state across epochs: resuming must restore each of them (RNG, scheduler,
+# best epoch, sampler generator), not just the weights. (The resume= tests' own settings: COMMON
+# above is the in-place tests', and the command a resume= test checks is made of these.)
+RESUME_COMMON = ["data.max_train_samples=40", "trainer.batch_size=8", "model.dropout=0.2",
+                 "model.embedding_dropout=0.1", "model.token_dropout=0.5", "trainer.schedule=cosine",
+                 "trainer.warmup_epochs=1", "trainer.patience=2", "data.group_by_length=true", "trainer.epochs=3",
+                 "probes.attention=[]", "data.max_length=128", "pe=true"]
+
+
+def interrupt_after_epoch(epochs: int, monkeypatch) -> None:
+    """Send this process SIGINT as soon as `epochs` epochs are in history.csv (as Ctrl-C would)."""
+    real = files.append_history
+
+    def append_then_interrupt(path, row):
+        real(path, row)
+        if row["epoch"] == epochs:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(files, "append_history", append_then_interrupt)
 
 
 @pytest.mark.slow
@@ -201,38 +278,6 @@ def test_overwrite_deletes_the_event_files_in_the_folder_the_settings_name_and_n
         assert (run_dir / "notes.txt").exists() and (tmp_path / "runs" / "beside" / "notes.txt").exists(), subdir
 
 
-# Each kill point runs the pipeline in a subprocess that SIGKILLs itself there: nothing of Python's cleanup runs.
-KILLER = textwrap.dedent("""
-    import os, signal, sys
-    sys.path.insert(0, "tests")
-    from conftest import train_in_process
-    from mha_textclf import pipeline, training
-    from mha_textclf.runs import checkpoint
-    from pathlib import Path
-    point, run_dir, data_dir, *overrides = sys.argv[1:]
-    die = lambda: os.kill(os.getpid(), signal.SIGKILL)
-    if point == "mid-epoch":  # after the first step of epoch 2
-        real_epoch = training._train_epoch
-        def epoch(*args):
-            if args[6] == 2:
-                args = list(args)
-                args[9] = lambda step, values: die()
-            return real_epoch(*args)
-        training._train_epoch = epoch
-    elif point == "mid-save":  # while last.pt of epoch 2 is being written (history.csv already has its row)
-        real_save = checkpoint.atomic_save
-        def save(obj, path):
-            if path.name == "last.pt" and obj["epoch"] == 2:
-                path.with_name(".last.pt.tmp").write_bytes(b"half a checkpoint")
-                die()
-            real_save(obj, path)
-        checkpoint.atomic_save = save
-    elif point == "mid-report":  # all epochs done, metrics.json written, probes not yet
-        pipeline.write_probes = lambda *args: die()
-    train_in_process(Path(run_dir), *overrides, data_dir=Path(data_dir))
-""")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["mid-epoch", "mid-save", "mid-report"])
 def test_a_sigkill_anywhere_then_the_same_command_ends_as_the_uninterrupted_run(point, data_dir, tmp_path,
@@ -365,20 +410,6 @@ def test_status_json_names_the_attempt_pid_and_host_and_a_second_start_is_refuse
         assert lifecycle.folder_state(run_dir) == lifecycle.RUNNING  # held: running, not killed
 
 
-def stopped_in_epoch_2(run_dir, data_dir, monkeypatch) -> None:
-    """A run Ctrl-C'd during its second epoch: one epoch finished, in last.pt and history.csv."""
-    real_epoch = training._train_epoch
-
-    def epoch(*args):
-        if args[6] == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real_epoch(*args)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(training, "_train_epoch", epoch)
-        train_in_process(run_dir, *COMMON, data_dir=data_dir)
-
-
 @pytest.mark.slow
 def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uninterrupted, monkeypatch):
     run_dir = tmp_path / "run"
@@ -402,13 +433,6 @@ def test_continuing_in_place_keeps_the_tokenizer_the_run_was_trained_with(data_d
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in files} == before
     assert sorted(p for p in (run_dir / "tokenizer").rglob("*") if p.is_file()) == files
     assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
-
-
-def sweep(sweep_dir, *extra, data_dir):
-    """`python -m train -m` over two variants into `sweep_dir`, started in the background."""
-    env = os.environ | {"BBC_NEWS_PATH": str(data_dir)}
-    return commands.start(["-m", "train", "-m", "model=naive,efficient", *COMMON, *extra,
-                           f"hydra.sweep.dir={sweep_dir}"], cwd=REPO, env=env, merge_stderr=True)
 
 
 @pytest.mark.slow
@@ -492,68 +516,12 @@ def test_a_resume_killed_before_its_first_epoch_still_resumes(data_dir, tmp_path
     assert_same_as_uninterrupted(resumed, metrics, uninterrupted)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("max_length", [128, 48])  # bbc-news articles cut at 128 tokens are long texts; at 48, short
-def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_same_command_continues(
-        data_dir, tmp_path, caplog, max_length):
-    """settings.BY_TEXT_LENGTH: with the median training text at LONG_TEXT tokens or more, the second values, else the
-    first; decided once, logged, written where the run is described; a value given (here trainer.epochs) wins."""
-    run_dir = tmp_path / "run"
-    command = ["experiment=smoke", "probes.attention=[]", f"data.max_length={max_length}", "model.d_model=null",
-               "model.token_dropout=null", "trainer.label_smoothing=null", "pe=null"]  # bbc-news' config fixes them
-    caplog.set_level(logging.INFO)
-    metrics = train_in_process(run_dir, *command, data_dir=data_dir)
-    # The reference: the run's own tokenizer over its own training texts, lengths counted here.
-    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length)
-    lengths = sorted(len(ids) for ids in tokenizer(run_split(run_dir, "train").texts, truncation=True,
-                                                   max_length=max_length)["input_ids"])
-    median = (lengths[(len(lengths) - 1) // 2] + lengths[len(lengths) // 2]) / 2
-    long = median >= LONG_TEXT
-    assert long is (max_length == 128)
-    config = flat(yaml.safe_load((run_dir / "config.yaml").read_text()))
-    decided = {k: values[long] for k, values in BY_TEXT_LENGTH.items() if k != "trainer.epochs"}
-    assert {k: config[k] for k in decided} == decided and config["trainer.epochs"] == 2  # the smoke run's own
-    assert set(metrics.adapted) == set(decided)  # trainer.epochs was given: nothing to decide
-    assert all(metrics.adapted[k].startswith(f"{show(v)}: the median training text has {median:g} tokens")
-               for k, v in decided.items()), metrics.adapted
-    assert f"model.d_model={decided['model.d_model']} (null: the median training text" in caplog.text
-    saved = torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]
-    assert flat(saved)["model.token_dropout"] == decided["model.token_dropout"]
-    assert torch.load(run_dir / "model.pt", weights_only=True)["model_config"]["d_model"] == decided["model.d_model"]
-    # The same command (null again) finds its run; another value is other settings.
-    assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
-    with pytest.raises(RunFolderError, match=r"trainer\.label_smoothing"):
-        train_in_process(run_dir, *command, "trainer.label_smoothing=0.05", data_dir=data_dir)
-
-
 def test_a_null_epoch_count_is_the_run_s_own_and_a_longer_one_with_a_decaying_schedule_is_other_settings():
     saved = flat(dataclasses.asdict(settings_for(*COMMON)))
     now = flat(dataclasses.asdict(settings_for(*COMMON, "trainer.epochs=null")))
     assert saved["trainer.epochs"] == 3 and now["trainer.epochs"] is None
     assert lifecycle.changed_settings(saved, now) == []
     assert lifecycle.changed_settings(saved, now | {"trainer.epochs": 4}) == ["trainer.epochs"]
-
-
-@pytest.mark.slow
-def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_command_continues(data_dir, tmp_path,
-                                                                                             caplog):
-    run_dir, command = tmp_path / "run", ["tokenizer.vocab_size=null", "experiment=smoke", "probes.attention=[]"]
-    caplog.set_level(logging.INFO)
-    metrics = train_in_process(run_dir, *command, data_dir=data_dir)
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    decided = config["tokenizer"]["vocab_size"]
-    # The rule's own answer on this run's training texts, recorded with its reason wherever the run is described.
-    fresh = dataclasses.replace(settings_for(*command).tokenizer, cache_dir=str(tmp_path / "fresh"))  # counted anew
-    expected, why = resolve_vocab_size(run_split(run_dir, "train").texts, fresh)
-    assert decided == expected.vocab_size and metrics.adapted == {"tokenizer.vocab_size": f"{decided}: {why}"}
-    assert f"tokenizer.vocab_size={decided} (null: {why})" in caplog.text  # logged with its reason
-    assert RunMetrics.read(run_dir / "metrics.json").adapted == metrics.adapted
-    assert torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]["tokenizer"]["vocab_size"] \
-        == decided
-    # The same command (null again) finds its run; another size is other settings.
-    assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
-    with pytest.raises(RunFolderError, match=r"tokenizer\.vocab_size"):
-        train_in_process(run_dir, *command, f"tokenizer.vocab_size={decided + 100}", data_dir=data_dir)
 
 
 def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failure(tmp_path):
@@ -625,3 +593,103 @@ def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afr
     assert message.endswith("To start it afresh instead: overwrite=true.")
     after = {name: digest for name, digest in fingerprint(run_dir).items() if name != ".lock"}  # the claim's own
     assert after == before and files.read_status(run_dir)["state"] == lifecycle.INTERRUPTED
+
+
+@pytest.mark.slow
+def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path, monkeypatch):
+    full, part, resumed = tmp_path / "full", tmp_path / "part", tmp_path / "resumed"
+    train_in_process(full, *RESUME_COMMON, data_dir=data_dir)
+
+    with monkeypatch.context() as patch:
+        interrupt_after_epoch(2, patch)
+        metrics = train_in_process(part, *RESUME_COMMON, data_dir=data_dir)
+    assert [r["epoch"] for r in rows(part)] == ["1", "2"]
+    state = load_training_state(part / "last.pt")
+    assert state["epoch"] == 2 and len(state["history"]) == 2
+    assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2
+    assert (part / "classification_report_test.txt").exists() and (part / "model.pt").exists()
+
+    before = fingerprint(part)
+    final = train_in_process(resumed, *RESUME_COMMON, f"resume={part}", data_dir=data_dir)
+    # The resumed run is a new folder; the interrupted one stays as it was, and still says so.
+    assert fingerprint(part) == before and files.read_status(part)["state"] == lifecycle.INTERRUPTED
+    # Bitwise on CPU: every loss and accuracy, every epoch, and the final metrics.
+    assert [{k: r[k] for k in COMPARED} for r in rows(resumed)] == [{k: r[k] for k in COMPARED} for r in rows(full)]
+    uninterrupted = RunMetrics.read(full / "metrics.json")
+    assert (final.val, final.test) == (uninterrupted.val, uninterrupted.test)
+    assert (final.best_epoch, final.stopped_early) == (uninterrupted.best_epoch, uninterrupted.stopped_early)
+    assert (resumed / "best.pt").exists() and (resumed / "last.pt").exists()
+    assert yaml.safe_load((resumed / "config.yaml").read_text())["resume"] == str(part)
+    assert final.interrupted_by is None
+
+
+@pytest.mark.slow
+def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monkeypatch, caplog):
+    part = tmp_path / "part"
+    with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="train"):
+        interrupt_after_epoch(1, patch)
+        train_in_process(part, *RESUME_COMMON, data_dir=data_dir)
+    # The interrupted run prints the exact command that resumes it into a new folder: every setting it was given.
+    (printed,) = re.findall(r"into a new folder: (python -m train .*)$", caplog.text, re.MULTILINE)
+    assert printed == f"python -m train {shlex.join(RESUME_COMMON)} resume={part}"
+    assert f"continue with the same command (it continues in {part})" in caplog.text
+    with pytest.raises(UserError, match="pe=true then, false now") as info:
+        train_in_process(tmp_path / "again", *RESUME_COMMON[:-1], f"resume={part}", data_dir=data_dir)
+    assert f"python -m train {shlex.join(RESUME_COMMON)} resume={part}" in str(info.value)
+    with pytest.raises(UserError, match=r"No training state \(last.pt\)"):
+        train_in_process(tmp_path / "again", *RESUME_COMMON, f"resume={tmp_path}", data_dir=data_dir)
+    # A resumed run interrupted in turn prints the command that resumes it: its settings and its own folder, not
+    # the folder it was resumed from as well (a command with two resume= is not the exact command).
+    resumed = tmp_path / "resumed"
+    caplog.clear()
+    with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="train"):
+        interrupt_after_epoch(2, patch)
+        train_in_process(resumed, *RESUME_COMMON, f"resume={part}", data_dir=data_dir)
+    (printed,) = re.findall(r"into a new folder: (python -m train .*)$", caplog.text, re.MULTILINE)
+    assert printed == f"python -m train {shlex.join(RESUME_COMMON)} resume={resumed}"
+
+
+@pytest.mark.slow
+def test_a_default_that_moved_since_is_in_the_command_to_resume_and_loggers_may_change(data_dir, tmp_path,
+                                                                                        monkeypatch):
+    import torch
+
+    part = tmp_path / "part"
+    with monkeypatch.context() as patch:
+        interrupt_after_epoch(1, patch)
+        train_in_process(part, *RESUME_COMMON, data_dir=data_dir)
+    # As if the run had been made when group_by_length was off by default: its state says so, its command line not.
+    state = torch.load(part / "last.pt", weights_only=True)
+    state["metadata"]["config"]["data"]["group_by_length"] = False
+    state["metadata"]["overrides"] = [o for o in RESUME_COMMON if not o.startswith("data.group_by_length")]
+    torch.save(state, part / "last.pt")
+    with pytest.raises(UserError, match=r"data\.group_by_length=false then, true now") as info:
+        train_in_process(tmp_path / "again", *state["metadata"]["overrides"], f"resume={part}", data_dir=data_dir)
+    command = shlex.split(str(info.value).split("python -m train ", 1)[1])
+    assert "data.group_by_length=false" in command
+    # The command it gives resumes; a logger may be added on the way (where it logs is no training setting).
+    resumed = train_in_process(tmp_path / "again", *command[:-1], "logger=tensorboard", f"resume={part}",
+                               data_dir=data_dir)
+    assert resumed.epochs == 3
+
+
+def test_a_run_resumed_into_a_new_folder_takes_the_tokenizer_of_the_run_it_continues(smoke_run, tmp_path,
+                                                                                     monkeypatch):
+    """A run resumed into a new folder (the same overrides plus resume=<run folder>) continues the weights of that
+    run, whose embedding rows are its tokenizer's ids, so it takes that run's tokenizer/ into its own folder, neither
+    learned again nor taken from a cache (tokenizer.cache_dir is no training setting: it may point elsewhere now,
+    where another tokenizer may wait)."""
+    from types import SimpleNamespace
+
+    from mha_textclf.tokenizer.cache import load_tokenizer
+
+    settings = settings_for("experiment=smoke", f"resume={smoke_run.dir}", f"tokenizer.cache_dir={tmp_path / 'cache'}")
+    monkeypatch.setattr(train_module, "get_tokenizer", lambda *args: pytest.fail("the tokenizer was learned again"))
+    corpus = SimpleNamespace(train=SimpleNamespace(texts=["texts the resumed run never learned from"]))
+    state = load_training_state(smoke_run.dir / "last.pt")
+    new = tmp_path / "resumed"
+    tokenizer = train_module.prepare_tokenizer(settings, settings.tokenizer, corpus, new, state)
+    original = load_tokenizer(smoke_run.dir / "tokenizer", settings.data.max_length)
+    assert tokenizer.get_vocab() == original.get_vocab()
+    assert load_tokenizer(new / "tokenizer", settings.data.max_length).get_vocab() == original.get_vocab()
+    assert not (tmp_path / "cache").exists()

@@ -1,0 +1,128 @@
+"""Tests src/mha_textclf/resolve.py: the settings left null that a run decides from its training texts (by text
+length, the long-text rule, the vocabulary size), decided once, recorded, and found again by the same command."""
+
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import run_split, settings_for, train_in_process, write_jsonl
+from mha_textclf import pipeline as train_module
+from mha_textclf import resolve, training
+from mha_textclf.errors import RunFolderError
+from mha_textclf.model import ModelConfig
+from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, TrainerSettings, flat, show
+from mha_textclf.tokenizer.cache import load_tokenizer
+from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
+
+
+class _DecidedError(Exception):
+    """Raised in place of building the model: the settings a run decided, before it trains."""
+
+
+@pytest.mark.parametrize(("lengths", "long"), [
+    ([LONG_TEXT] * 3 + [10] * 2, True),  # the median at the threshold: long
+    ([LONG_TEXT - 1] * 3 + [1000] * 2, False),  # many very long texts, but not half
+    ([10, LONG_TEXT - 2, LONG_TEXT + 2, 1000], True),  # an even count: the mean of the middle two
+    ([10, LONG_TEXT - 2, LONG_TEXT + 1, 1000], False),
+])
+def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_half_the_texts_at_128_tokens(lengths,
+                                                                                                        long):
+    decided = resolve.by_text_length(lengths)
+    assert {k: d.value for k, d in decided.items()} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
+    assert {d.why for d in decided.values()} == {
+        f"the median training text has {np.median(lengths):g} tokens, "
+        f"{'at least' if long else 'fewer than'} {LONG_TEXT}: {'a corpus of long texts' if long else 'short texts'}"}
+
+
+@pytest.mark.parametrize("long_split", ["train", "validation"])
+def test_the_long_text_rule_counts_the_training_texts_not_the_evaluation_splits(tmp_path, monkeypatch, long_split):
+    """A corpus counts as one of long texts where half the *training* texts have 128 tokens or more. A corpus whose
+    training texts are long and whose validation and test texts are short is a corpus of long texts, and the other
+    way round it is not: decided from the training split alone (stopped before the model is built, nothing
+    trained)."""
+    words = [f"w{i}" for i in range(40)]
+    long_text, short_text = " ".join(words * 5), " ".join(words[:4])  # 200 words; 4
+    rows = {split: [{"text": long_text if split == long_split else short_text, "label": label}
+                    for label in ("a", "b") for _ in range(4)] for split in ("train", "validation", "test")}
+    folder = write_jsonl(tmp_path / "data", rows)
+    decided = []
+
+    def build_model(settings, *args):
+        decided.append(settings)
+        raise _DecidedError
+
+    monkeypatch.setattr(train_module, "build_model", build_model)
+    with pytest.raises(_DecidedError):
+        train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
+    long = long_split == "train"
+    values = flat(dataclasses.asdict(decided[0]))
+    assert {k: values[k] for k in BY_TEXT_LENGTH} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_length", [128, 48])  # bbc-news articles cut at 128 tokens are long texts; at 48, short
+def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_same_command_continues(
+        data_dir, tmp_path, caplog, max_length):
+    """settings.BY_TEXT_LENGTH: with the median training text at LONG_TEXT tokens or more, the second values, else the
+    first; decided once, logged, written where the run is described; a value given (here trainer.epochs) wins."""
+    run_dir = tmp_path / "run"
+    command = ["experiment=smoke", "probes.attention=[]", f"data.max_length={max_length}", "model.d_model=null",
+               "model.token_dropout=null", "trainer.label_smoothing=null", "pe=null"]  # bbc-news' config fixes them
+    caplog.set_level(logging.INFO)
+    metrics = train_in_process(run_dir, *command, data_dir=data_dir)
+    # The reference: the run's own tokenizer over its own training texts, lengths counted here.
+    tokenizer = load_tokenizer(run_dir / "tokenizer", max_length)
+    lengths = sorted(len(ids) for ids in tokenizer(run_split(run_dir, "train").texts, truncation=True,
+                                                   max_length=max_length)["input_ids"])
+    median = (lengths[(len(lengths) - 1) // 2] + lengths[len(lengths) // 2]) / 2
+    long = median >= LONG_TEXT
+    assert long is (max_length == 128)
+    config = flat(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    decided = {k: values[long] for k, values in BY_TEXT_LENGTH.items() if k != "trainer.epochs"}
+    assert {k: config[k] for k in decided} == decided and config["trainer.epochs"] == 2  # the smoke run's own
+    assert set(metrics.adapted) == set(decided)  # trainer.epochs was given: nothing to decide
+    assert all(metrics.adapted[k].startswith(f"{show(v)}: the median training text has {median:g} tokens")
+               for k, v in decided.items()), metrics.adapted
+    assert f"model.d_model={decided['model.d_model']} (null: the median training text" in caplog.text
+    saved = torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]
+    assert flat(saved)["model.token_dropout"] == decided["model.token_dropout"]
+    assert torch.load(run_dir / "model.pt", weights_only=True)["model_config"]["d_model"] == decided["model.d_model"]
+    # The same command (null again) finds its run; another value is other settings.
+    assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
+    with pytest.raises(RunFolderError, match=r"trainer\.label_smoothing"):
+        train_in_process(run_dir, *command, "trainer.label_smoothing=0.05", data_dir=data_dir)
+
+
+def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and_what_to_do():
+    with pytest.raises(ValueError, match=r"model\.d_model, model\.token_dropout left null: a setting that adapts"):
+        ModelConfig(attention="efficient", vocab_size=50, n_classes=2, n_heads=2, pe=False, max_length=8, pad_id=0)
+    with pytest.raises(ValueError, match=r"trainer\.epochs left null: .*give it a value, or let "
+                                         r"resolve\.resolve decide it"):
+        training.fit(torch.nn.Linear(1, 1), [], [], TrainerSettings(label_smoothing=0.0), torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_a_vocabulary_size_left_null_is_decided_once_recorded_and_the_same_command_continues(data_dir, tmp_path,
+                                                                                             caplog):
+    run_dir, command = tmp_path / "run", ["tokenizer.vocab_size=null", "experiment=smoke", "probes.attention=[]"]
+    caplog.set_level(logging.INFO)
+    metrics = train_in_process(run_dir, *command, data_dir=data_dir)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    decided = config["tokenizer"]["vocab_size"]
+    # The rule's own answer on this run's training texts, recorded with its reason wherever the run is described.
+    fresh = dataclasses.replace(settings_for(*command).tokenizer, cache_dir=str(tmp_path / "fresh"))  # counted anew
+    expected, why = resolve_vocab_size(run_split(run_dir, "train").texts, fresh)
+    assert decided == expected.vocab_size and metrics.adapted == {"tokenizer.vocab_size": f"{decided}: {why}"}
+    assert f"tokenizer.vocab_size={decided} (null: {why})" in caplog.text  # logged with its reason
+    assert RunMetrics.read(run_dir / "metrics.json").adapted == metrics.adapted
+    assert torch.load(run_dir / "last.pt", weights_only=True)["metadata"]["config"]["tokenizer"]["vocab_size"] \
+        == decided
+    # The same command (null again) finds its run; another size is other settings.
+    assert train_in_process(run_dir, *command, data_dir=data_dir) == metrics
+    with pytest.raises(RunFolderError, match=r"tokenizer\.vocab_size"):
+        train_in_process(run_dir, *command, f"tokenizer.vocab_size={decided + 100}", data_dir=data_dir)

@@ -1,0 +1,29 @@
+"""What the tokenizer test modules share: the tokenizers `trained` gives (test_wordpiece,
+test_encoding, test_tokenizer_cache) and a base tokenizer that keeps case and accents
+(test_wordpiece, test_vocabulary)."""
+
+import pytest
+
+from mha_textclf.tokenizer import wordpiece
+
+
+@pytest.fixture(scope="module", params=["scratch", "minilm"])
+def trained(request, train_texts, minilm_dir):
+    base = None if request.param == "scratch" else str(minilm_dir)
+    return wordpiece.train_tokenizer(train_texts[:250], vocab_size=1000, base=base)  # (a 1000-token vocabulary still)
+
+
+def cased_base(folder):
+    """A WordPiece tokenizer folder whose pipeline keeps case and accents (the default pipeline drops both); returns
+    its backend tokenizer."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    base = Tokenizer(models.WordPiece(vocab={t: i for i, t in enumerate(wordpiece.SPECIAL_TOKENS)}, unk_token="[UNK]"))
+    base.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    base.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    base.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
+                                                        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    PreTrainedTokenizerFast(tokenizer_object=base, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
+    return base
