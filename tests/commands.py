@@ -34,8 +34,8 @@ from pathlib import Path
 
 # Imported once, in the server: what the package's commands import, heaviest first.
 PRELOAD = ["torch", "torch._dynamo", "sklearn.metrics", "transformers", "datasets", "pandas", "matplotlib.figure",
-           "matplotlib.backends.backend_agg", "hydra", "optuna", "mha_textclf.pipeline", "mha_textclf.summary",
-           "mha_textclf.tuning", "mha_textclf.workers"]
+           "matplotlib.backends.backend_agg", "hydra", "optuna", "mha_textclf.pipeline", "mha_textclf.sweeps.summary",
+           "mha_textclf.sweeps.callback", "mha_textclf.search.study", "mha_textclf.search.workers"]
 # Read when a command runs (by this package, Hydra's config interpolation, Slurm's tools, MLflow), so they may differ
 # from the server's; PYTEST_CURRENT_TEST changes with every test. torch writes TORCHINDUCTOR_CACHE_DIR into the test
 # process's own variables the first time inductor asks for its cache (torch/_inductor/runtime/cache_dir_utils.py), and
@@ -44,6 +44,31 @@ RUNTIME_VARIABLES = {"BBC_NEWS_PATH", "MHA_TEXTCLF_CACHE", "SLURM_CONF", "MLFLOW
                      "TORCHINDUCTOR_CACHE_DIR"}
 
 _server_env: dict[str, str] | None = None
+# Whether a forked command renders the figures it draws into PNG files: tests/conftest.py turns it off for every test
+# (rendering is most of a small run's time), and each figure's file then holds a blank 1×1 PNG. A fresh interpreter
+# always renders.
+render_figures = True
+
+
+def blank_png() -> bytes:
+    """The smallest valid PNG: one grey pixel."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00\x80")) + chunk(b"IEND", b""))
+
+
+def draw_figures_only() -> None:
+    """From now on in this process, a figure written through runs/files.write_figure is drawn by the code that made
+    it, and its file holds a blank PNG instead of its rendering."""
+    from mha_textclf.runs import files
+
+    files.write_figure = lambda path, figure, **savefig: files.write_atomically(
+        path, lambda tmp: tmp.write_bytes(blank_png()))
 
 
 def _forkserver() -> multiprocessing.context.BaseContext:
@@ -70,8 +95,8 @@ class Command:
         weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
         self._stdout = self._folder / "stdout"
         self._stderr = self._stdout if merge_stderr else self._folder / "stderr"
-        self._process = _forkserver().Process(target=_run_as_python,
-                                              args=(argv, str(cwd), env, str(self._stdout), str(self._stderr)))
+        self._process = _forkserver().Process(target=_run_as_python, args=(argv, str(cwd), env, str(self._stdout),
+                                                                           str(self._stderr), render_figures))
         self._process.start()
         self.pid = self._process.pid
         self.returncode: int | None = None
@@ -125,8 +150,11 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
     return subprocess.CompletedProcess(command.args, command.returncode, stdout, stderr)
 
 
-def _run_as_python(argv: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: str) -> None:
+def _run_as_python(argv: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: str,
+                   figures: bool = True) -> None:
     """In the forked process: what `python *argv` does, then exit with its code."""
+    if not figures:
+        draw_figures_only()
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)

@@ -45,20 +45,70 @@ def optional(module: str, extra: str):
     return pytest.importorskip(module, reason=f'the {extra} extra: pip install -e ".[{extra}]"')
 
 
-# Modules by their time in a full run on 2 cores, longest first (seconds: 135, 83, 82, 73, 58, 31, 24, 18, 12, 11,
-# 10, 8, 7); the rest take a few seconds each. xdist hands whole modules to its workers in collection order
+# Modules by their time in a full run on 2 cores, longest first (seconds: 112, 44, 34, 24, 23, 23, 20, 15, 14, 11,
+# 10, 9, 9); the rest take a few seconds each. xdist hands whole modules to its workers in collection order
 # (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests), so starting with the
 # longest keeps one worker from running a long module alone at the end while the other waits. The Slurm module goes
 # first: much of its time is Slurm's scheduling and requeue delays, when the other worker has the cores.
-LONGEST_MODULES = ("test_slurm.py", "test_train.py", "test_search.py", "test_sweep.py", "test_run_folder.py",
-                   "test_baseline.py", "test_tokenizer.py", "test_benchmark.py", "test_cli_errors.py",
-                   "test_tracking.py", "test_resume.py", "test_settings.py", "test_inputs.py")
+LONGEST_MODULES = ("test_slurm.py", "test_callback.py", "test_lifecycle.py", "test_end_to_end.py", "test_baseline.py",
+                   "test_benchmark.py", "test_tokenizer_cache.py", "test_workers.py", "test_checks.py",
+                   "test_study.py", "test_tracking.py", "test_pipeline.py", "test_cli.py")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The unit lane (`-m unit`) does not import the test modules that hold no unit test: importing them (torch,
+    scikit-learn, transformers, datasets...) would take most of the lane's time."""
+    if config.getoption("markexpr") == "unit" and collection_path.suffix == ".py" and \
+            collection_path.name.startswith("test_") and "mark.unit" not in collection_path.read_text():
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest modules first, each module's tests kept together and in their order."""
     rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+# What a test in the unit lane may not use: the real corpus and tokenizer, or a run trained on them.
+REAL_DATA = {"data_dir", "minilm_dir", "train_texts", "smoke_run"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def processor_known():
+    """platform.processor() runs `uname -p` the first time anything asks (metrics.json's versions do): asked once
+    here, so that the process Python starts for itself counts against no test."""
+    import platform
+
+    platform.processor()
+
+
+@pytest.fixture(autouse=True)
+def lanes(request):
+    """A test marked `unit` trains nothing, starts no process and reads no real corpus: it fails if it does, so that
+    the unit lane (pytest -m unit) stays what it says. Every test draws its figures without rendering them, in its
+    process and in the commands it forks: each figure's file holds a blank PNG (rendering is most of a small run's
+    time). The shared run (smoke_run) renders its figures, and a test that reads a rendering asks for it with
+    capture_figures."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.node.get_closest_marker("unit"):
+            import multiprocessing.process
+            import subprocess
+
+            from mha_textclf import training
+
+            if REAL_DATA & set(request.fixturenames):
+                pytest.fail(f"a unit test reads the real data: {sorted(REAL_DATA & set(request.fixturenames))}")
+
+            def refuse(what):
+                return lambda *args, **kwargs: pytest.fail(f"a unit test {what}")
+
+            patch.setattr(training, "_train_epoch", refuse("trained"))
+            patch.setattr(subprocess.Popen, "__init__", refuse("started a process"))
+            patch.setattr(multiprocessing.process.BaseProcess, "start", refuse("started a process"))
+        capture_figures(patch, write=False)
+        patch.setattr(commands, "render_figures", False)
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -80,6 +130,16 @@ def train_texts(data_dir) -> list[str]:
     from mha_textclf.settings import DataSettings
 
     return load_corpus(DataSettings(path=str(data_dir)), seed=0).train.texts
+
+
+@pytest.fixture(scope="session", params=["scratch", "minilm"])
+def trained(request, train_texts, minilm_dir):
+    """A tokenizer learned from scratch and one on MiniLM's pipeline, on some of bbc-news' training texts (a
+    1000-token vocabulary still), for the tokenizer modules' tests, which only read them."""
+    from mha_textclf.tokenizer import wordpiece
+
+    base = None if request.param == "scratch" else str(minilm_dir)
+    return wordpiece.train_tokenizer(train_texts[:250], vocab_size=1000, base=base)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -247,18 +307,37 @@ def smoke_run(data_dir, tmp_path_factory) -> TrainedRun:
 
 def capture_figures(patch: pytest.MonkeyPatch, write: bool = True) -> dict:
     """Every figure written from now on (through runs/files.write_figure, as all of them are), by its file name; with
-    `write=False` drawn but not saved (its pixels take most of a second)."""
+    `write=False` drawn but not rendered (its pixels take most of a second): its file holds a blank PNG."""
     from mha_textclf.runs import files
 
-    figures, real = {}, files.write_figure
+    figures, real = {}, _real_write_figure()
 
     def write_figure(path, figure, **savefig):
         figures[Path(path).name] = figure
         if write:
             real(path, figure, **savefig)
+        else:
+            files.write_atomically(path, lambda tmp: tmp.write_bytes(commands.blank_png()))
 
     patch.setattr(files, "write_figure", write_figure)
     return figures
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height of the PNG image at `path` (a rendered figure's, or 1×1 for one drawn without rendering)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()  # decodes it whole: a truncated file fails here
+        return image.size
+
+
+@functools.cache
+def _real_write_figure():
+    """files.write_figure as the package has it, whatever a test's patch made of it since."""
+    from mha_textclf.runs import files
+
+    return files.write_figure
 
 
 def run_split(run_dir: Path, split: str):

@@ -62,6 +62,7 @@ def build(variant, n_heads, C, bias, dropout=0.0, seed=0):
     return build_attention(variant, C, n_heads, bias=bias, dropout=dropout)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize(("n_heads", "C"), SHAPES)
 @pytest.mark.parametrize("bias", [True, False])
@@ -99,6 +100,7 @@ def test_outputs_and_gradients_match_the_reference(variant, n_heads, C, bias, cr
         torch.testing.assert_close(grads[name], p.grad, atol=TOL, rtol=TOL, msg=f"gradient of {name}")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("n_heads", "C"), SHAPES)
 @pytest.mark.parametrize("bias", [True, False])
 def test_same_seed_same_weights_same_parameter_count(n_heads, C, bias):
@@ -118,6 +120,7 @@ def test_same_seed_same_weights_same_parameter_count(n_heads, C, bias):
     assert len(after) == 1
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
 def test_sdpa_path_matches_explicit_path(cross):
     query, key, value, mask = make_inputs(4, 9, 13 if cross else 9, 32, cross)
@@ -128,6 +131,7 @@ def test_sdpa_path_matches_explicit_path(cross):
     torch.testing.assert_close(fast, explicit, atol=TOL, rtol=TOL)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_appending_padding_changes_no_real_output(variant, need_weights):
@@ -141,6 +145,7 @@ def test_appending_padding_changes_no_real_output(variant, need_weights):
     torch.testing.assert_close(padded_out[:, :T], out, atol=TOL, rtol=TOL)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_dropout_acts_on_attention_weights(variant):
     B, T, C, n_heads = 2, 16, 16, 2
@@ -170,6 +175,7 @@ def test_dropout_acts_on_attention_weights(variant):
     assert not torch.allclose(fast_train, eval_out, atol=1e-3)
 
 
+@pytest.mark.unit
 def test_indivisible_heads_and_unknown_variants_are_refused():
     for variant in VARIANTS:
         with pytest.raises(AssertionError, match="d_model // n_heads"):
@@ -178,6 +184,7 @@ def test_indivisible_heads_and_unknown_variants_are_refused():
         build_attention("flash", 16, 2)
 
 
+@pytest.mark.unit
 def test_naive_loops_over_heads_and_efficient_fuses_them_into_one_sdpa_call(monkeypatch):
     """`naive` is a loop over heads; `efficient` has fused projections, heads as a tensor dimension and
     F.scaled_dot_product_attention. Seen from outside, by the linear maps each one runs and the SDPA calls it makes
@@ -203,6 +210,7 @@ def test_naive_loops_over_heads_and_efficient_fuses_them_into_one_sdpa_call(monk
     assert linear_outputs["efficient sdpa"] == [(B, n_heads, T, hs)]
 
 
+@pytest.mark.unit
 def test_torch_variant_is_nn_multihead_attention_called_right():
     """Ours against a separately built nn.MultiheadAttention holding the same weights, called with torch's own
     defaults (need_weights=True, head-averaged weights): same output, so the mask reaches it with the right polarity
@@ -263,6 +271,7 @@ def test_the_variants_and_the_reference_agree_on_random_shapes_and_masks(case, b
             torch.testing.assert_close(grads[name], p.grad, atol=TOL, rtol=TOL, msg=f"{variant}: gradient of {name}")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_the_projections_start_as_nn_multihead_attention_draws_them(variant):
     """src/mha_textclf/attention.py: `init_projections` draws "W_q, W_k, W_v, W_o (and zero biases) with the

@@ -1,11 +1,13 @@
 """data/batches.py: batching with padding masks (collate), and the order of the batches (make_loader,
 LengthGroupedSampler): a function of the seed, grouped by length."""
 
+import pytest
 import torch
 
 from mha_textclf.data.batches import collate, make_loader
 
 
+@pytest.mark.unit
 def test_collate_pads_dynamically_and_marks_padding():
     batch = collate([([2, 7, 8, 3], 1), ([2, 9, 3], 0)], pad_id=0)
     assert batch["input_ids"].tolist() == [[2, 7, 8, 3], [2, 9, 3, 0]]
@@ -13,6 +15,7 @@ def test_collate_pads_dynamically_and_marks_padding():
     assert batch["labels"].tolist() == [1, 0]
 
 
+@pytest.mark.unit
 def test_loader_order_is_a_function_of_the_seed():
     ids, labels = [[2, i, 3] for i in range(40)], list(range(40))
 
@@ -48,6 +51,7 @@ def test_length_grouped_batches_cover_everything_once_with_less_padding():
     assert grouped_padding < plain_padding / 2
 
 
+@pytest.mark.unit
 def test_evaluation_batches_sorted_by_length_cover_everything_once_with_little_padding():
     lengths = torch.randint(5, 500, (100,), generator=torch.Generator().manual_seed(1)).tolist()
     ids, labels = [[1] * n for n in lengths], list(range(100))

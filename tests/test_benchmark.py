@@ -16,6 +16,7 @@ from mha_textclf.benchmark import Case, attention_flops, naive_memory_gb, ratios
 from mha_textclf.settings import BY_TEXT_LENGTH
 
 
+@pytest.mark.unit
 def test_flops_of_full_attention_grow_quadratically_and_cls_only_linearly():
     B, C = 2, 8
     assert attention_flops(B, 1, 1, C) == 3 * (2 * B * C * C * 4 + 2 * B * C * 2)
@@ -57,6 +58,7 @@ def test_a_case_is_the_median_of_its_timed_steps_after_an_untimed_warm_up(monkey
     assert len(calls) == timed + 1  # the warm-up step, untimed
 
 
+@pytest.mark.unit
 def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(monkeypatch):
     """A case is forward+backward of one attention layer (B=32, C=64, 8 heads of size 8) with random padding and no
     compaction, the raw cost of each variant at length T: the layer gets every one of the T positions as keys, with a
@@ -83,6 +85,7 @@ def test_a_case_pads_its_texts_at_random_each_keeping_half_to_all_of_its_tokens(
     assert kept.min() > 32 and kept.max() <= 64 and mask.any() and len(set(kept.tolist())) > 8
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", ["efficient", "torch"])
 def test_a_case_s_attention_kernel_attends_over_all_t_keys_padding_included(monkeypatch, variant):
     """A case is the raw cost of each variant at length T, with no compaction: compaction leaves the layer as it is and
@@ -103,6 +106,7 @@ def test_a_case_s_attention_kernel_attends_over_all_t_keys_padding_included(monk
     assert keys == [(64, 64)] * 2  # the warm-up step and one timed step
 
 
+@pytest.mark.unit
 def test_a_cls_only_case_asks_the_layer_for_the_cls_query_alone_and_a_full_case_for_every_query(monkeypatch):
     """Each variant is measured with full attention and with cls_only (benchmark.py's Case: "full: every query attends
     (B, nh, T, T); cls_only: the [CLS] query alone (B, nh, 1, T)"): each variant's layer is handed the first position
@@ -160,6 +164,7 @@ def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
     assert peak - now > 50  # the peak since the reset holds the block (at hundreds of MiB, 2.4% is many MiB)
 
 
+@pytest.mark.unit
 def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
     """A case's peak memory is the rise of the process's peak RSS during its steps, not the process's whole footprint
     (here 500 MB in use before the steps, a peak of 530 MB during them)."""
@@ -182,6 +187,7 @@ def test_peak_memory_is_the_rise_of_the_peak_during_the_steps(monkeypatch):
     assert row["peak_mb"] == 30.0
 
 
+@pytest.mark.unit
 def test_on_cuda_every_timed_step_is_synchronised_before_the_clock_and_memory_is_max_memory_allocated(monkeypatch):
     """On CUDA every timed step is synchronised before the clock is read, and a case's peak memory is
     max_memory_allocated. Faked: torch.cuda's synchronize and memory counters, asked with a CUDA device (GPU kernels are
@@ -217,6 +223,7 @@ def test_on_cuda_every_timed_step_is_synchronised_before_the_clock_and_memory_is
     assert calls == ["sync", "step", "sync"] + ["clock", "step", "sync", "clock"] * 2
 
 
+@pytest.mark.unit
 def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypatch):
     """run() hands each case (variant × mode × T) to the fresh-process runner, never measures one itself; and the
     naive case past the memory budget is skipped."""
@@ -239,6 +246,7 @@ def test_every_case_and_the_matmul_peak_are_measured_in_a_fresh_process(monkeypa
     assert len(results) == len(cases) and (results["pct_of_peak"] == 5.0).all()
 
 
+@pytest.mark.unit
 def test_each_device_s_cases_are_put_against_that_device_s_own_matmul_peak(monkeypatch):
     """benchmark.py's docstring: "Achieved GFLOP/s is put against a matmul peak measured on the same device"; with a GPU
     present the benchmark measures CUDA beside the CPU. With the CPU and CUDA asked for (faked: a GPU whose matmul peak
@@ -263,6 +271,7 @@ def test_each_device_s_cases_are_put_against_that_device_s_own_matmul_peak(monke
     assert sorted(results["device"]) == ["cpu"] * 6 + ["cuda"] * 6 and (results["pct_of_peak"] == 5.0).all()
 
 
+@pytest.mark.unit
 def test_each_case_is_the_documented_layer_of_width_64_with_8_heads_of_size_8(monkeypatch):
     """A case is forward+backward of one attention layer (B=32, C=64, 8 heads of size 8, random padding, no compaction),
     timed as the median over up to 5 steps, at most ~20 s of them: every case run() hands on, and the layer it builds
@@ -286,6 +295,7 @@ def test_each_case_is_the_documented_layer_of_width_64_with_8_heads_of_size_8(mo
         assert (layer.d_model, layer.n_heads, layer.head_dim) == (64, 8, 8), case.variant
 
 
+@pytest.mark.unit
 def test_ratios_put_each_time_over_the_one_the_docs_name():
     """ratios.csv puts each time over the one it is compared with: efficient / torch, naive / efficient, full /
     cls_only."""
@@ -325,6 +335,7 @@ def test_the_script_prints_a_case_the_run_skipped_as_n_a(tmp_path, monkeypatch, 
     assert printed.split("ratios (time)")[0].count("n/a") == 3 * 2  # two naive cells in each of the three tables
 
 
+@pytest.mark.unit
 def test_with_a_gpu_the_plot_adds_a_cuda_panel_and_ratios_keep_each_device_apart():
     """With a GPU present the benchmark adds a CUDA panel: benchmark.png has one panel per device, each drawing its own
     device's times, and ratios.csv puts each time over the same device's (a CUDA run's times here are a tenth of the
@@ -348,6 +359,7 @@ def test_with_a_gpu_the_plot_adds_a_cuda_panel_and_ratios_keep_each_device_apart
     assert list(table["full/cls_only (torch)"]) == pytest.approx([6.25] * 4)
 
 
+@pytest.mark.unit
 def test_the_naive_memory_estimate_is_the_documented_13_gb_at_t_2048():
     """Its (B, nh, T, T) scores, masked scores and weights: about 13 GB at T=2048 (B=32, 8 heads), which the default
     8 GB budget skips, and 3.2 GB at T=1024, which it runs."""
@@ -476,6 +488,7 @@ def test_profile_step_answers_help_a_mistake_and_unreadable_data_without_profili
     err = capsys.readouterr().err
     assert err.startswith(f"data.path={str(tmp_path / 'nowhere')!r} does not exist.") and "Traceback" not in err
 
+@pytest.mark.slow
 def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_batches(data_dir, monkeypatch, capsys):
     """profile_step.py profiles one training step both ways on the same batches: the masked computation (compact off),
     then compaction, each after the same warm-up steps; each table lists the operators by self time, most first,
@@ -529,6 +542,7 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
         assert sum(self_ms) <= per_step + 0.05 * len(rows), table
 
 
+@pytest.mark.slow
 def test_profile_step_builds_the_model_train_builds_where_the_corpus_decides_the_settings(data_dir, monkeypatch,
                                                                                           capsys):
     """With data=own every setting that adapts is left null: the script decides the vocabulary and the settings of long

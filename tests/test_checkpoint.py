@@ -30,6 +30,7 @@ def test_model_checkpoint_round_trip(tmp_path):
     assert not any(module.training for module in loaded.modules())
 
 
+@pytest.mark.unit
 def test_a_checkpoint_written_on_a_gpu_loads_on_the_cpu(tmp_path, monkeypatch):
     """predict runs on the CPU by default (`device=cpu`), also for models trained on a GPU. A
     checkpoint's tensors remember the device they were saved from; here they are tagged cuda:0 as a GPU run's are
@@ -55,6 +56,7 @@ class RunsCode:
         return (open, (str(self.marker), "w"))  # would create the marker file if it were ever unpickled
 
 
+@pytest.mark.unit
 def test_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
     path, marker = tmp_path / "model.pt", tmp_path / "pwned"
     torch.save({"format": checkpoint.CHECKPOINT_FORMAT, "payload": RunsCode(marker)}, path)
@@ -63,6 +65,7 @@ def test_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.unit
 def test_foreign_file_is_refused(tmp_path):
     torch.save({"weights": torch.zeros(3)}, tmp_path / "model.pt")
     with pytest.raises(UserError, match="not an mha-textclf checkpoint"):
@@ -71,6 +74,7 @@ def test_foreign_file_is_refused(tmp_path):
         checkpoint.load_checkpoint(tmp_path / "missing.pt")
 
 
+@pytest.mark.unit
 def test_checkpoint_from_an_older_format_says_to_retrain(tmp_path):
     model = build()
     checkpoint.save_checkpoint(tmp_path / "model.pt", model, ["a", "b", "c", "d", "e"])
@@ -88,6 +92,7 @@ def test_checkpoint_from_an_older_format_says_to_retrain(tmp_path):
         checkpoint.load_training_state(tmp_path / "old_last.pt")
 
 
+@pytest.mark.unit
 def test_a_failed_write_never_replaces_the_good_file(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
     checkpoint.atomic_save({"epoch": 1, "w": torch.ones(4)}, path)
@@ -119,6 +124,7 @@ def test_a_truncated_training_state_is_a_clear_error(tmp_path):
         checkpoint.load_training_state(path)
 
 
+@pytest.mark.unit
 def test_training_state_restores_rng_and_optimizer(tmp_path):
     model, generator = build(), torch.Generator().manual_seed(5)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -143,6 +149,7 @@ def test_training_state_restores_rng_and_optimizer(tmp_path):
     assert other_optimizer.state_dict()["state"][0]["step"] == 1
 
 
+@pytest.mark.unit
 def test_a_gpu_run_s_training_state_keeps_its_cuda_rng_states_and_restores_them_where_a_gpu_is(tmp_path,
                                                                                                  monkeypatch):
     """`last.pt` holds the RNG states, so that a continued run draws what the uninterrupted one would:

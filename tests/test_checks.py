@@ -155,6 +155,7 @@ def test_settings_objects_are_checked_too():
         settings_for("trainer.lr=-1")
 
 
+@pytest.mark.unit
 def test_lookup_knows_every_key_and_the_derived_ones():
     keys = known_keys(TrainSettings)
     assert {"model.d_model", "trainer.lr", "data.path", "tokenizer.vocab_size", "pe", "probes.order"} <= set(keys)
@@ -164,6 +165,7 @@ def test_lookup_knows_every_key_and_the_derived_ones():
     assert isinstance(lookup(PredictSettings, "model.pe"), str)
 
 
+@pytest.mark.unit
 def test_help_lists_every_setting_with_its_default():
     table = help_table(TrainSettings)
     defaults = TrainSettings()
@@ -178,6 +180,7 @@ def test_help_lists_every_setting_with_its_default():
     assert "one of constant | linear | cosine" in " ".join(table.split())  # the choices, whatever the line breaks
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("app", sorted(cli.SCHEMAS))
 def test_help_shows_every_setting_s_default_as_it_is_typed_lists_and_text_included(app):
     """`--help` lists every setting with its default, meaning and valid values: the default column of each app's
@@ -199,6 +202,7 @@ def test_help_shows_every_setting_s_default_as_it_is_typed_lists_and_text_includ
         assert any(re.match(r"  time_to_accuracy +\[0\.85,0\.9,0\.95\]  ", line) for line in lines)
 
 
+@pytest.mark.unit
 def test_help_gives_every_setting_its_meaning_and_its_valid_values():
     """`python -m train --help`: every setting with its meaning (the schema's help text) and, where the schema bounds
     it, its range or its choices."""
@@ -274,6 +278,7 @@ def test_every_bounded_setting_refuses_the_values_at_and_past_the_ends_help_stat
         assert command_line_problems(f"{key}={value}") == [], value
 
 
+@pytest.mark.unit
 def test_every_bounded_setting_of_the_schema_is_in_the_table_of_ranges():
     fields = {key: found[1] for key in known_keys(TrainSettings) if isinstance(found := lookup(TrainSettings, key),
                                                                                  tuple)}

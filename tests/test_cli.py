@@ -134,6 +134,7 @@ def test_the_other_commands_help_pages_describe_their_settings(app):
         assert "run_dir" in page and "model:" not in page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["train", "predict", "search"])
 def test_a_mistake_is_answered_before_torch_is_imported(module):
     """A typo costs a second, not the seconds torch, transformers and scikit-learn take to import: the entry point
@@ -144,6 +145,7 @@ def test_a_mistake_is_answered_before_torch_is_imported(module):
     assert "hydra" in imported and not imported & {"torch", "transformers", "sklearn", "pandas", "matplotlib"}
 
 
+@pytest.mark.slow
 def test_the_baseline_script_answers_a_mistake_before_scikit_learn_and_torch_are_imported():
     """The entry points (`train`, `predict`, `search`, `scripts/baseline_tfidf.py`), the only modules that see Hydra,
     import the pipeline only after the command line is checked, so that a mistake is answered in under a second: the
@@ -235,6 +237,7 @@ def test_a_crash_that_is_no_mistake_is_written_to_error_txt_and_a_sweep_goes_on_
     assert row["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("app", "help_command"), [
     ("train", "python -m train --help"), ("predict", "python -m predict --help"),
     ("search", "python -m search --help"), ("baseline", "python scripts/baseline_tfidf.py --help")])
@@ -254,6 +257,7 @@ def test_groups_help_and_hydras_own_keys_are_left_to_hydra():
     assert command_line_problems("--help", "trainer.epoch=3") == []
 
 
+@pytest.mark.unit
 def test_overrides_parse_like_hydra():
     (override,) = OverridesParser.create().parse_overrides(["+trainer.lr=1e-3"])
     assert cli.check_override(TrainSettings, override) == []

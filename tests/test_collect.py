@@ -13,6 +13,7 @@ from mha_textclf.sweeps.summary import write_summary
 from sweep_fakes import edit_metrics, fake_run, md_table
 
 
+@pytest.mark.unit
 def test_groups_average_over_seeds_and_compare_speed(tmp_path):
     for i, (model, seed, acc, seconds) in enumerate([("naive", 0, 0.8, 30.0), ("naive", 1, 0.9, 34.0),
                                                      ("efficient", 0, 0.7, 10.0), ("efficient", 1, 0.9, 10.0)]):
@@ -43,6 +44,7 @@ def test_epoch_time_is_relative_to_the_fastest_variant_whichever_it_is(tmp_path)
         assert shown == {model: f"{ratio:.2f}×" for model, ratio in expected.items()}, heading
 
 
+@pytest.mark.unit
 def test_datasets_are_compared_side_by_side(tmp_path):
     for i, (dataset, seconds) in enumerate([("bbc-news", 10.0), ("bbc-news", 10.0), ("r8", 4.0), ("r8", 2.0)]):
         fake_run(tmp_path / f"{i}_run", seed=i % 2, dataset=dataset, accuracy=0.9 - i / 10, epoch_seconds=seconds)
@@ -52,6 +54,7 @@ def test_datasets_are_compared_side_by_side(tmp_path):
     assert groups["epoch_time_vs_fastest"].tolist() == [1.0, 1.0]  # each against its own dataset's fastest
 
 
+@pytest.mark.unit
 def test_tokens_per_second_vs_fastest_is_against_the_fastest_variant_on_the_same_dataset(tmp_path):
     """Tokens/s, like epoch time, is relative to the fastest variant on the same dataset: a dataset whose runs are all
     slower than another's still has its own fastest at 1.00×."""
@@ -64,6 +67,7 @@ def test_tokens_per_second_vs_fastest_is_against_the_fastest_variant_on_the_same
                                               ("r8", "efficient"): 1.0, ("r8", "naive"): 0.25})
 
 
+@pytest.mark.unit
 def test_tokens_per_second_vs_fastest_divides_the_runs_tokens_per_second_not_the_epoch_time_ratio(tmp_path):
     """tokens/s vs fastest is its own column, the group's mean tokens/s (metrics.json's tokens_per_second) over the
     most of its dataset, not the inverse of epoch time vs fastest (the variant fastest per epoch, at 1.00×, may read
@@ -94,6 +98,7 @@ def test_baselines_without_pe_form_groups_too(tmp_path):
     assert "nan" not in group_row and "None" not in group_row and "not reached" not in group_row
 
 
+@pytest.mark.unit
 def test_runs_with_different_settings_are_never_averaged_together(tmp_path):
     for i, dropout in enumerate([0.1, 0.1, 0.3, 0.3]):
         fake_run(tmp_path / f"{i}_run", seed=i, accuracy=0.5 + i / 10, model__dropout=dropout)
@@ -133,6 +138,7 @@ def test_seeds_whose_vocabulary_size_adapted_to_their_split_are_one_group(tmp_pa
     assert groups["runs"].to_dict() == {"None": 3, "4000": 1, "8000": 1}
 
 
+@pytest.mark.unit
 def test_an_unreadable_metrics_json_is_a_failed_run_in_the_summary_not_a_crash(tmp_path):
     fake_run(tmp_path / "0_run", seed=0)
     fake_run(tmp_path / "1_run", seed=1)
@@ -142,6 +148,7 @@ def test_an_unreadable_metrics_json_is_a_failed_run_in_the_summary_not_a_crash(t
     assert runs.loc["1_run", "error"].startswith("unreadable metrics.json")
 
 
+@pytest.mark.unit
 def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
     """tokenizer.base names which tokenizer was retrained: a setting of the model, not a location."""
     minilm = "../shared/tokenizers/all-MiniLM-L6-v2"
@@ -152,6 +159,7 @@ def test_runs_with_different_tokenizers_are_different_groups(tmp_path):
     assert groups["runs"].tolist() == [2, 2]
 
 
+@pytest.mark.unit
 def test_a_failed_single_run_shows_its_error_in_the_summary(tmp_path):
     run = tmp_path / "runs" / "2026-11-22_run"
     (run / ".hydra").mkdir(parents=True)

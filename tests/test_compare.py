@@ -18,6 +18,8 @@ from mha_textclf.sweeps.compare import (
     speed_verdict,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_noise_floor_is_the_largest_difference_mcnemar_cannot_call_significant():
     # k discordant articles all going one way: the most significant a net difference of k can ever be.

@@ -78,11 +78,13 @@ def test_a_corpus_data_config_sets_where_and_how_to_read_its_corpus_and_nothing_
         assert {k: v for k, v in composed.items() if k not in reading} == own, corpus
 
 
+@pytest.mark.unit
 def test_default_variant_is_efficient_without_pe():
     settings = settings_for()
     assert settings.model.attention == "efficient" and settings.pe is False
 
 
+@pytest.mark.unit
 def test_each_extra_installs_the_modules_its_commands_import():
     """The hpo extra holds Optuna (python -m search), tracking TensorBoard and MLflow (logger=...), launchers Hydra's
     submitit and joblib launchers (hydra/launcher=slurm, joblib): each extra in pyproject.toml requires distributions
@@ -112,6 +114,7 @@ def test_each_extra_installs_the_modules_its_commands_import():
             assert any(f == module or f.startswith(f"{module}/") for f in held), (extra, module, extras[extra])
 
 
+@pytest.mark.unit
 def test_the_default_run_is_bbc_news_with_its_vocabulary_of_wordpieces_fixed():
     """The default composition reads bbc-news and pins the vocabulary size its architecture was tuned with (its own
     data config; other corpora leave it to adapt), a WordPiece vocabulary learned here, not a pretrained one."""
@@ -121,6 +124,7 @@ def test_the_default_run_is_bbc_news_with_its_vocabulary_of_wordpieces_fixed():
     assert settings.data.path.rstrip("/").endswith("bbc-news")
 
 
+@pytest.mark.unit
 def test_config_files_hold_no_value_the_schema_already_holds():
     """Every key a config file sets is a setting of the schema it merges into, and differs from that setting's
     default or fills a required one: a file that repeats a default is a second source for it.
@@ -161,6 +165,7 @@ def _settings(schema, body: dict, prefix: str):
             yield key, value
 
 
+@pytest.mark.unit
 def test_unknown_model_lists_the_choices_without_base():
     with pytest.raises(MissingConfigException, match="efficient") as info:
         compose_config(["model=transformer"])

@@ -33,6 +33,7 @@ def corpus(data_dir):
     return load(data_dir)
 
 
+@pytest.mark.slow
 def test_real_splits_and_class_names_from_the_data(corpus):
     assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (918, 307, 1000)
     # Names come from label_text, ordered by label id (as the dataset card lists them: 0=tech ... 4=politics).
@@ -41,6 +42,7 @@ def test_real_splits_and_class_names_from_the_data(corpus):
     assert corpus.name == "bbc-news" and corpus.sources["test"] == "test split"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_bbc_news_splits_are_the_documented_ones(data_dir, seed):
     """The reference, from the files themselves: test as it is, validation = a stratified 25% of train with the
@@ -63,6 +65,7 @@ def digests(texts: list[str]) -> list[str]:
     return [hashlib.sha256(text.encode()).hexdigest()[:16] for text in texts]
 
 
+@pytest.mark.slow
 def test_validation_split_is_stratified_disjoint_and_seeded(data_dir, corpus):
     train_share = {c: n / len(corpus.train) for c, n in Counter(corpus.train.labels).items()}
     for c, n in Counter(corpus.val.labels).items():
@@ -72,6 +75,7 @@ def test_validation_split_is_stratified_disjoint_and_seeded(data_dir, corpus):
     assert load(data_dir, seed=1).val.texts != corpus.val.texts
 
 
+@pytest.mark.slow
 def test_max_train_samples_shrinks_eval_in_proportion(data_dir):
     small = load(data_dir, max_train_samples=92)
     assert (len(small.train), len(small.val), len(small.test)) == (92, 31, 101)

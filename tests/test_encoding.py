@@ -4,15 +4,11 @@ the [UNK] warning and the characters the vocabulary lacks."""
 import numpy as np
 import pytest
 
-import tokenizer_fakes
 from mha_textclf.errors import UserError
 from mha_textclf.tokenizer import encoding, wordpiece
 
-# The module-scoped fixture of tokenizer_fakes.py (a tokenizer from scratch and one on MiniLM's pipeline),
-# made once in each module that uses it.
-trained = tokenizer_fakes.trained
 
-
+@pytest.mark.slow
 def test_truncation_at_max_length(trained, train_texts):
     ids = encoding.encode(trained, train_texts[:50], max_length=128)
     assert max(map(len, ids)) == 128  # bbc articles are far longer than 128 wordpieces
@@ -51,6 +47,7 @@ def test_the_sizes_the_messages_name_are_those_where_every_character_fits():
     assert not encoding.missing_alphabet(every, INSIDE_AND_OUT) and "ab" in every.get_vocab()
 
 
+@pytest.mark.slow
 def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts):
     """encode tokenizes a prefix of a very long text; the ids must be the whole text's, truncated."""
     # The fifth: at max_length 32 its 512-character prefix holds 25 tokens (3 [UNK] words of 120 characters and 20
@@ -66,6 +63,7 @@ def test_long_texts_encode_exactly_as_the_whole_text_would(trained, train_texts)
     assert len(long_texts[0]) > 100 * 16  # the prefix path was taken
 
 
+@pytest.mark.slow
 def test_texts_are_encoded_a_thousand_at_a_time_into_int32_arrays(trained, train_texts):
     """Texts are encoded a thousand at a time into int32 arrays (a list of Python ints, or int64, takes far more memory
     on a large corpus): 2100 texts in three calls of 1000, 1000 and 100, each text's ids an int32 array holding what the

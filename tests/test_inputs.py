@@ -39,6 +39,7 @@ def rebuilt(base, changed) -> set[str]:
     return built
 
 
+@pytest.mark.unit
 def test_every_data_and_tokenizer_setting_decides_what_the_docstring_says():
     """src/mha_textclf/inputs.py: the corpus is keyed by all the data settings but max_length and group_by_length
     (which act later), the tokenizer and encodings by those, max_length and every tokenizer setting but cache_dir.

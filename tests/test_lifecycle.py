@@ -360,6 +360,7 @@ def test_the_preemption_signal_stops_after_the_step_then_hands_over_to_the_launc
     assert_same_as_uninterrupted(run_dir, metrics, uninterrupted)
 
 
+@pytest.mark.unit
 def test_without_a_handler_for_it_sigusr2_is_not_caught():
     """Outside a launcher that listens for it, SIGUSR2 keeps its default: no run pretends to be requeued."""
     assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
@@ -368,6 +369,7 @@ def test_without_a_handler_for_it_sigusr2_is_not_caught():
         assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_second_signal_goes_to_the_handler_from_before_the_run(signum):
     """Ctrl-C twice aborts at once: the first signal is only noted (the run stops after its step and reports), the
@@ -524,6 +526,7 @@ def test_a_null_epoch_count_is_the_run_s_own_and_a_longer_one_with_a_decaying_sc
     assert lifecycle.changed_settings(saved, now | {"trainer.epochs": 4}) == ["trainer.epochs"]
 
 
+@pytest.mark.unit
 def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failure(tmp_path):
     """The run folder holds error.txt, saying what went wrong, only when the run stopped on an error; the same
     command continues an unfinished run, a failed one among them, after the last finished epoch (last.pt), in
@@ -551,6 +554,7 @@ def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failur
         assert [int(r["epoch"]) for r in csv.DictReader((run_dir / "history.csv").read_text().splitlines())] == [1]
 
 
+@pytest.mark.slow
 def test_the_same_command_with_the_epoch_count_left_null_on_a_finished_folder_trains_nothing(smoke_run, data_dir,
                                                                                             tmp_path, caplog):
     """The same command on a folder holding the same training settings, finished, trains nothing ("already holds this
@@ -576,6 +580,7 @@ def test_the_same_command_with_the_epoch_count_left_null_on_a_finished_folder_tr
     assert fingerprint(run_dir) == before
 
 
+@pytest.mark.unit
 def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afresh(tmp_path):
     """An unreadable last.pt in the folder to continue is refused with "Cannot continue the run in <folder>: ... To
     start it afresh instead: overwrite=true.", before anything in the folder changes."""
@@ -673,6 +678,7 @@ def test_a_default_that_moved_since_is_in_the_command_to_resume_and_loggers_may_
     assert resumed.epochs == 3
 
 
+@pytest.mark.slow
 def test_a_run_resumed_into_a_new_folder_takes_the_tokenizer_of_the_run_it_continues(smoke_run, tmp_path,
                                                                                      monkeypatch):
     """A run resumed into a new folder (the same overrides plus resume=<run folder>) continues the weights of that

@@ -31,6 +31,7 @@ def batch(lengths, T=None, seed=0):
     return ids, ids == PAD
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("pe", [False, True])
 def test_logits_shape_and_padding_invariance(variant, pe):
@@ -42,6 +43,7 @@ def test_logits_shape_and_padding_invariance(variant, pe):
     torch.testing.assert_close(model(more_ids, more_mask), logits, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_word_order_matters_only_with_positional_encoding(variant):
     ids, mask = batch([10])
@@ -53,6 +55,7 @@ def test_word_order_matters_only_with_positional_encoding(variant):
     assert not torch.allclose(ordered(shuffled, mask), ordered(ids, mask), atol=1e-4)
 
 
+@pytest.mark.unit
 def test_same_seed_gives_the_same_model_in_every_variant():
     models = {v: build(v, pe=True, seed=7) for v in VARIANTS}
     ids, mask = batch([9, 5, 12])
@@ -65,6 +68,7 @@ def test_same_seed_gives_the_same_model_in_every_variant():
         torch.testing.assert_close(model(ids, mask), reference(ids, mask), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.unit
 def test_padding_embedding_is_zero_and_untrained_even_where_no_mask_hides_it():
     """[PAD] is the embedding's padding_idx. The key-padding mask alone already keeps gradient from padded positions;
     padding_idx is what keeps the vector at zero where [PAD] is a token the model reads: a text that contains the
@@ -80,6 +84,7 @@ def test_padding_embedding_is_zero_and_untrained_even_where_no_mask_hides_it():
     assert model.embedding.weight[PAD].abs().sum() == 0
 
 
+@pytest.mark.unit
 def test_positional_encoding_follows_the_formula_and_max_length():
     pe = SinusoidalPositionalEncoding(max_length=40, d_model=8).pe
     assert pe.shape == (40, 8)
@@ -90,6 +95,7 @@ def test_positional_encoding_follows_the_formula_and_max_length():
         build(pe=True)(*batch([40]))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("pe", [False, True])
 @pytest.mark.parametrize("token_dropout", [0.0, 0.5])
@@ -112,6 +118,7 @@ def test_cls_only_gives_the_same_logits_and_gradients(variant, pe, token_dropout
     assert weights.shape == (3, 4, 12, 12)
 
 
+@pytest.mark.unit
 def test_the_logits_are_an_mlp_with_a_relu_over_the_cls_output_of_attention():
     """The model is one multi-head self-attention layer, then the `[CLS]` vector, then an MLP: the logits are ReLU([CLS]
     output · W1ᵀ + b1) · W2ᵀ + b2, computed here by hand from attention's output, a hidden layer whose nonlinearity
@@ -127,6 +134,7 @@ def test_the_logits_are_an_mlp_with_a_relu_over_the_cls_output_of_attention():
     torch.testing.assert_close(logits, hidden.clamp(min=0) @ second.weight.T + second.bias)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_token_dropout_hides_tokens_like_padding_while_training_only(variant):
     model = build(variant, pe=True, token_dropout=0.5)
@@ -144,6 +152,7 @@ def test_token_dropout_hides_tokens_like_padding_while_training_only(variant):
     torch.testing.assert_close(model(ids, mask), build(variant, pe=True)(ids, mask))  # eval: no dropout at all
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_token_dropout_never_leaves_a_text_fewer_than_keep_tokens(variant):
     """A text of n tokens (but [CLS]) is hidden with min(p, 1 - keep/n): a short one keeps all or most of its tokens,
@@ -163,6 +172,7 @@ def test_token_dropout_never_leaves_a_text_fewer_than_keep_tokens(variant):
     torch.testing.assert_close(trained, model(ids, mask | hidden), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.unit
 def test_a_long_text_is_hidden_bitwise_as_a_plain_rate_hides_it():
     """With token_dropout_keep, a text of 128 tokens or more besides [CLS] is hidden at 0.75 with the same random
     numbers as without it, so runs on corpora of such texts (bbc-news) are bitwise unchanged: over 4,000 tokens of long
@@ -178,6 +188,7 @@ def test_a_long_text_is_hidden_bitwise_as_a_plain_rate_hides_it():
     assert torch.equal(*logits)
 
 
+@pytest.mark.unit
 def test_below_128_tokens_token_dropout_0_85_hides_exactly_what_0_75_hides():
     """Token dropout 0.85 itself changes nothing on a text of fewer than 128 tokens: there both 0.85 and 0.75 give way
     to `token_dropout_keep`. Texts of 20, 40 and 100 tokens give the same logits at either rate under the same seed
@@ -191,6 +202,7 @@ def test_below_128_tokens_token_dropout_0_85_hides_exactly_what_0_75_hides():
     assert torch.equal(*logits)
 
 
+@pytest.mark.unit
 def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_and_1_minus_32_over_n():
     """A text of n tokens besides [CLS] is hidden at min(token dropout, 1 - keep/n); with the defaults of short-text
     corpora (token dropout 0.75, the schema's keep 32) a 20-token snippet keeps every token, a 40-token text is hidden
@@ -210,6 +222,7 @@ def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_an
     torch.testing.assert_close(trained, model(ids, mask | hidden), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.unit
 def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=2000, n_classes=5, d_model=64, n_heads=8,
                                        pe=False, max_length=512, pad_id=PAD, token_dropout=0.0))
@@ -233,6 +246,7 @@ def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
     assert model.embedding.weight.detach()[11].equal(weight[11])  # an unseen token does not move
 
 
+@pytest.mark.unit
 def test_attention_sees_the_scaled_embeddings_plus_the_whole_positional_encoding():
     """Token vectors are multiplied by √C, and the positional encoding, as large as the embeddings, is added whole: what
     attention sees at position t is the token's vector times √C plus the sinusoid of t at its full, unit amplitude (the
@@ -249,6 +263,7 @@ def test_attention_sees_the_scaled_embeddings_plus_the_whole_positional_encoding
     torch.testing.assert_close(seen["key"], model.embedding.weight.detach()[ids] * 4.0 + sinusoid)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("pe", [False, True])
 @pytest.mark.parametrize("cls_only", [False, True])
@@ -273,6 +288,7 @@ def test_compaction_gives_the_masked_logits_and_gradients(variant, pe, cls_only,
         torch.testing.assert_close(compacted.grad, masked.grad, atol=1e-5, rtol=1e-5, msg=name)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("pe", [False, True])
 def test_evaluation_takes_the_cls_query_over_visible_tokens_with_the_same_logits(variant, pe):
@@ -282,6 +298,7 @@ def test_evaluation_takes_the_cls_query_over_visible_tokens_with_the_same_logits
     torch.testing.assert_close(model(ids, mask), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.unit
 def test_visible_tokens_keep_order_and_positions():
     ids = torch.tensor([[2, 11, 12, 13, 3], [2, 21, 3, 0, 0]])
     mask = torch.tensor([[False, True, False, True, False], [False, False, False, True, True]])
@@ -312,6 +329,7 @@ class HostCopies(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_a_model_as_built_attends_over_the_longest_visible_count_of_its_batch_not_every_position(variant):
     """Compaction: before attention the model gathers each text's visible tokens, pads them to the longest visible count

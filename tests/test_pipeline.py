@@ -20,7 +20,7 @@ import yaml
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix, f1_score
 from sklearn.utils.class_weight import compute_class_weight
 
-from conftest import logits_one_by_one, require, run_split, settings_for, train_in_process, write_jsonl
+from conftest import logits_one_by_one, png_size, require, run_split, settings_for, train_in_process, write_jsonl
 from mha_textclf import pipeline as train_module
 from mha_textclf import training
 from mha_textclf.data.corpus import load_corpus
@@ -58,10 +58,13 @@ def peak_rss_resets() -> bool:
 PATIENCE = 1
 
 
+@pytest.mark.slow
 def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
     run_dir = smoke_run.dir
     missing = [name for name in CONTRACT if not (run_dir / name).is_file()]
     assert not missing, f"missing from the run folder: {missing}"
+    # Each figure rendered whole (the shared run renders them; other tests draw theirs without rendering).
+    assert all(min(png_size(path)) > 100 for path in run_dir.glob("*.png")) and len(list(run_dir.glob("*.png"))) == 4
 
     metrics = RunMetrics.read(run_dir / "metrics.json")
     assert metrics == smoke_run.metrics
@@ -103,6 +106,7 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
     assert model.num_parameters() == metrics.params
 
 
+@pytest.mark.slow
 def test_params_counts_every_learned_weight_of_the_reported_model_the_classifier_s_too(smoke_run):
     """RunMetrics' `params` is the number of learned parameters, written to metrics.json and repeated per run in
     summary.csv. Counted afresh from model.pt's own tensors (its state dict holds the learned weights alone: the
@@ -115,6 +119,7 @@ def test_params_counts_every_learned_weight_of_the_reported_model_the_classifier
     assert smoke_run.metrics.params == RunMetrics.read(smoke_run.dir / "metrics.json").params == sum(by_module.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["val", "test"])
 def test_reports_and_confusion_matrices_are_scikit_learns_on_the_split_they_name(smoke_run, split):
     """Recomputed from model.pt, one text at a time, on the split settled afresh from config.yaml."""
@@ -149,6 +154,7 @@ def test_reports_and_confusion_matrices_are_scikit_learns_on_the_split_they_name
     assert ax.get_title().startswith(f"efficient, pe=True on bbc-news: {split} ({len(labels)} texts)\n")
 
 
+@pytest.mark.slow
 def test_the_loss_curve_draws_each_epochs_train_and_val_loss_and_marks_the_reported_epoch(smoke_run):
     ax = smoke_run.figures["loss_curve.png"].axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -160,6 +166,7 @@ def test_the_loss_curve_draws_each_epochs_train_and_val_loss_and_marks_the_repor
     assert set(mark.get_xdata()) == {smoke_run.metrics.reported_epoch}
 
 
+@pytest.mark.slow
 def test_the_tokenizer_is_learned_on_the_training_texts_only(smoke_run):
     splits = {split: run_split(smoke_run.dir, split) for split in ("train", "val", "test")}
     saved = load_tokenizer(smoke_run.dir / "tokenizer", max_length=128).get_vocab()
@@ -235,6 +242,7 @@ def test_the_seed_decides_the_initial_weights_and_the_batch_order_and_the_settin
     assert cells["seed 0"] < cells["in data order"] and cells["seed 1"] < cells["in data order"]
 
 
+@pytest.mark.slow
 def test_validation_time_is_not_counted_as_training_time(monkeypatch, tmp_path, data_dir):
     """A slow validation shows in eval_seconds and leaves train_seconds alone."""
     from mha_textclf import training
@@ -301,6 +309,7 @@ def test_on_a_gpu_each_stage_also_records_the_most_torch_allocated_there_within_
     assert set(cpu_stage.record["fit"]) == {"seconds", "peak_memory_mb"}
 
 
+@pytest.mark.slow
 def test_the_time_to_accuracy_setting_chooses_the_levels(tmp_path, data_dir):
     """The top-level setting `time_to_accuracy` chooses the levels metrics.json reports."""
     metrics = train_in_process(tmp_path, *SMOKE, "probes.attention=[]", "probes.order=[]",
@@ -312,6 +321,7 @@ def test_the_time_to_accuracy_setting_chooses_the_levels(tmp_path, data_dir):
     assert metrics.time_to_accuracy == RunMetrics.read(tmp_path / "metrics.json").time_to_accuracy == expected
 
 
+@pytest.mark.slow
 def test_unk_rate_counts_each_splits_unknown_tokens_as_the_model_sees_them_and_a_high_one_says_what_to_set(
         tmp_path, caplog):
     """Chinese characters, 20 frequent and 80 rare, in a 60-token vocabulary: the rare ones become [UNK]. unk_rate in
@@ -412,6 +422,7 @@ def test_the_unk_warning_reads_the_training_texts_characters_not_the_evaluation_
     assert "5 characters of the training texts are not in the 11-token vocabulary. Use tokenizer.vocab_size=19" in said
 
 
+@pytest.mark.slow
 def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path, monkeypatch):
     class ThreadsSetError(Exception):  # stops the run once its threads are set
         pass
@@ -425,6 +436,7 @@ def test_trainer_num_threads_wins_over_the_launchers_share(data_dir, tmp_path, m
     assert threads.value.args == (1,)
 
 
+@pytest.mark.slow
 def test_without_trainer_num_threads_torch_keeps_its_threads_or_takes_the_launchers_share(data_dir, tmp_path,
                                                                                         monkeypatch):
     """train --help: trainer.num_threads "null: torch's default, or the launcher's share of the cores", the default:
@@ -510,6 +522,7 @@ def test_a_run_that_gets_worse_keeps_its_best_epoch_and_reports_the_final_weight
     assert set(mark.get_xdata()) == {reported["epoch"]}
 
 
+@pytest.mark.slow
 def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, tmp_path, monkeypatch):
     real_epoch = training._train_epoch
 
@@ -546,6 +559,7 @@ def test_a_diverging_loss_stops_and_keeps_the_finished_epochs_on_disk(data_dir, 
     assert (status["state"], status["attempt"], status["message"]) == (lifecycle.FINISHED, 2, None)
 
 
+@pytest.mark.slow
 def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypatch, tmp_path, data_dir):
     real_evaluate = train_module.evaluate
     calls = []

@@ -88,6 +88,7 @@ def test_accuracy_vs_time_over_decades_has_plain_log_ticks(tmp_path):
     assert [t.get_text() for t in ax.get_xticklabels()][:3] == ["0.05", "0.1", "0.2"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("slowest", "scale"), [(9.5, "linear"), (10.5, "log")])
 def test_accuracy_vs_time_takes_a_log_axis_once_the_times_span_more_than_10x(tmp_path, slowest, scale):
     """Ticks are plain numbers that bracket every point, on a log axis with 1-2-5 ticks only when the times span more

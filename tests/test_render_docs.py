@@ -7,8 +7,6 @@ import pytest
 
 from conftest import REPO, load_script
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture
 def render(monkeypatch):

@@ -55,6 +55,7 @@ def test_cells_show_their_numbers_up_to_12_classes():
         assert len(ax.texts) == (n * n if shown else 0), n
 
 
+@pytest.mark.unit
 def test_time_to_accuracy_is_the_training_time_of_the_first_epoch_to_reach_it():
     history = [{"val_accuracy": a, "elapsed_train_seconds": s} for a, s in ((0.80, 2.0), (0.91, 4.0), (0.89, 6.0),
                                                                             (0.96, 8.0))]
@@ -76,6 +77,7 @@ def test_a_class_absent_from_a_small_split_is_still_reported_and_counts_in_macro
     assert (metrics.accuracy, metrics.n_samples, metrics.loss) == (0.75, 4, 0.5)
 
 
+@pytest.mark.unit
 def test_history_csv_has_its_columns_in_their_order(tmp_path):
     """history.csv holds HISTORY_COLUMNS in that order (a script reading it by position, `cut -d, -f3` for the
     validation loss, relies on it), whether the file grows epoch by epoch or is rewritten from last.pt; each value in

@@ -2,9 +2,12 @@
 settings that name no folder are Hydra's folder-name exclusions, and the derived keys are what the
 model config adds."""
 
+import pytest
+
 from mha_textclf.settings import DERIVED
 
 
+@pytest.mark.unit
 def test_derived_keys_are_exactly_what_the_model_config_adds():
     from dataclasses import fields
 
@@ -15,6 +18,7 @@ def test_derived_keys_are_exactly_what_the_model_config_adds():
     assert set(DERIVED) == {f"model.{name}" for name in added}
 
 
+@pytest.mark.unit
 def test_every_training_setting_says_what_it_decides():
     """A new setting must be judged once, on its field: the stage it decides, or None for nothing trained."""
     from mha_textclf.settings import _TRAINING, STAGES

@@ -90,7 +90,8 @@ def test_a_three_variant_sweep_runs_as_slurm_jobs(slurm_cluster, data_dir, tmp_p
 
 
 # Long enough (about a second an epoch) to be caught mid-run.
-LONG = ["model=efficient", "trainer.epochs=12", "data.max_train_samples=600", "data.max_eval_samples=100",
+EPOCHS = 8  # the signal comes after epoch 3: five more to go, seconds for Slurm to deliver it
+LONG = ["model=efficient", f"trainer.epochs={EPOCHS}", "data.max_train_samples=600", "data.max_eval_samples=100",
         "data.max_length=256", "probes.attention=[]"]
 SAME_RESULTS = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr", "train_tokens"]  # not the timings
 INTERRUPTS = {"SIGUSR2": ["scancel", "--signal=USR2"],  # preemption: the run stops, then submitit requeues the job
@@ -141,9 +142,9 @@ def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(
         assert pd.read_csv(sweep / "summary.csv")["status"].tolist() == ["ok"]
         run_dir = next(sweep.glob("0_*"))
         history = pd.read_csv(run_dir / "history.csv")
-        assert history["epoch"].tolist() == list(range(1, 13))
+        assert history["epoch"].tolist() == list(range(1, EPOCHS + 1))
         log = (run_dir / "train.log").read_text()
-        assert "continuing the run in" in log and log.count("epoch 1/12:") == 1  # no epoch trained twice
+        assert "continuing the run in" in log and log.count(f"epoch 1/{EPOCHS}:") == 1  # no epoch trained twice
         # Either way the run itself caught the signal and stopped after its step, not the launcher mid-epoch.
         assert f"{signal_name} received: stopping after this step" in log
         assert RunMetrics.read(run_dir / "metrics.json").interrupted_by is None

@@ -92,6 +92,7 @@ def test_a_study_interrupted_then_resumed_finishes_with_its_best_trial(data_dir,
     assert len(optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'optuna.db'}").trials) == 5
 
 
+@pytest.mark.slow
 def test_search_without_optuna_names_its_extra(tmp_path, data_dir, monkeypatch):
     """`python -m search` without its extra says which one to install, before any study exists."""
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
@@ -100,6 +101,7 @@ def test_search_without_optuna_names_its_extra(tmp_path, data_dir, monkeypatch):
     assert not (tmp_path / "study").exists()
 
 
+@pytest.mark.slow
 def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tmp_path, data_dir):
     settings = tiny(tmp_path, data_dir)
     settings.train = ["trainer.epoch=3"]

@@ -8,16 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import tokenizer_fakes
 from mha_textclf.errors import UserError
 from mha_textclf.settings import TokenizerSettings
 from mha_textclf.tokenizer import cache, encoding, wordpiece
 
-# The module-scoped fixture of tokenizer_fakes.py (a tokenizer from scratch and one on MiniLM's pipeline),
-# made once in each module that uses it.
-trained = tokenizer_fakes.trained
 
-
+@pytest.mark.slow
 def test_save_load_round_trip(trained, train_texts, tmp_path):
     trained.save_pretrained(tmp_path / "tokenizer")
     loaded = cache.load_tokenizer(tmp_path / "tokenizer", max_length=256)
@@ -26,6 +22,7 @@ def test_save_load_round_trip(trained, train_texts, tmp_path):
     assert loaded.pad_token_id == 0 and len(loaded) == len(trained)
 
 
+@pytest.mark.slow
 def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, monkeypatch):
     texts = train_texts[:200]
     settings = TokenizerSettings(vocab_size=500, cache_dir=str(tmp_path))
@@ -43,6 +40,7 @@ def test_cache_reuses_and_keys_by_corpus_and_settings(train_texts, tmp_path, mon
     assert cache.cache_key(texts, 500, None) != cache.cache_key(texts[1:], 500, None)
 
 
+@pytest.mark.slow
 def test_the_cache_key_follows_every_training_text_to_the_last_and_how_they_split(train_texts, tmp_path, monkeypatch):
     """The tokenizer is cached, keyed by the texts and the settings: a corpus that differs from another only in its last
     text, or in a text added at its end (own data that grew, a larger data.max_train_samples), gets a tokenizer learned
@@ -187,6 +185,7 @@ def test_two_jobs_building_the_same_cache_entry_at_once_each_build_under_a_name_
     assert cache.load_tokenizer(entry, 64).get_vocab() == first.get_vocab() == jobs[-1].get_vocab()
 
 
+@pytest.mark.slow
 def test_cache_key_follows_the_base_tokenizers_content_not_its_path(train_texts, minilm_dir, tmp_path):
     copy = tmp_path / "minilm"
     shutil.copytree(minilm_dir, copy)

@@ -180,6 +180,7 @@ def test_logger_mlflow_tracking_uri_wins_over_the_environment(tmp_path, monkeypa
     assert (tmp_path / "from-setting.db").is_file() and not (tmp_path / "from-env.db").exists()
 
 
+@pytest.mark.slow
 def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
     with pytest.raises(UserError, match=r'the `tracking` extra: pip install -e "\.\[tracking\]"'):
@@ -187,6 +188,7 @@ def test_a_logger_without_its_packages_names_the_extra(data_dir, tmp_path, monke
     assert not (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_tensorboard_without_its_packages_names_the_extra(data_dir, tmp_path, monkeypatch):
     """A logger without its extra gets the `tracking` extra's message, TensorBoard's too (its writer imports the
     tensorboard package)."""
@@ -217,6 +219,7 @@ def test_logger_settings_while_the_logger_is_off_are_a_mistake():
     assert settings_for("logger=mlflow", "logger.mlflow.experiment=foo").logger.mlflow.experiment == "foo"
 
 
+@pytest.mark.slow
 def test_a_tracking_uri_mlflow_cannot_use_is_a_clear_error(data_dir, tmp_path):
     with pytest.raises(UserError, match="MLflow cannot record runs at 'foo://bar'"):
         train_in_process(tmp_path, *SMOKE, "logger=mlflow", "logger.mlflow.tracking_uri=foo://bar",
@@ -273,6 +276,7 @@ def test_mlflow_holds_every_step_of_a_run_longer_than_one_batch_of_metrics(tmp_p
     assert client.get_run(tracker.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_a_tracker_that_fails_only_warns_and_the_run_counts(data_dir, tmp_path, monkeypatch, caplog):
     """The run folder is the record: a tracker failing while finishing only warns (the others still finish), one
     failing while logging stops logging (the others go on), and the run ends as if nothing had happened."""

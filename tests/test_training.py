@@ -73,6 +73,7 @@ def plain_trainer(**overrides) -> TrainerSettings:
     return TrainerSettings(**short_texts | {"schedule": "constant", "warmup_epochs": 0.0} | overrides)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_fit_learns_the_toy_problem(precision):
     ids, labels = toy_problem()
@@ -84,6 +85,7 @@ def test_fit_learns_the_toy_problem(precision):
     assert result.history[-1]["val_accuracy"] >= 0.9
 
 
+@pytest.mark.slow
 def test_the_training_bar_shows_on_a_terminal_and_not_in_a_redirected_log(monkeypatch):
     """Training shows a progress bar on a terminal and none in a redirected log (training.py: "disable=None: a bar on a
     terminal only; redirected to a file, its redraws would bury the log"). Each epoch's bar, drawn at once here, is on a
@@ -104,6 +106,7 @@ def test_the_training_bar_shows_on_a_terminal_and_not_in_a_redirected_log(monkey
             assert written == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("precision", "dtype"), [("fp32", torch.float32), ("bf16", torch.bfloat16)])
 def test_bf16_computes_the_model_in_bfloat16_and_the_loss_in_float32(precision, dtype, monkeypatch):
     """trainer.precision=bf16: matmuls and attention in bfloat16, the loss in float32 (training.autocast), in the
@@ -127,6 +130,7 @@ def test_bf16_computes_the_model_in_bfloat16_and_the_loss_in_float32(precision, 
     assert set(losses) == {torch.float32}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("precision", "on"), [("bf16", True), ("fp32", False)])
 def test_on_a_gpu_bf16_autocasts_on_cuda_itself(precision, on, monkeypatch):
     """On a GPU, `trainer.precision=bf16` autocasts; --help: "bf16 autocasts matmuls to bfloat16 (for CUDA; ...)".
@@ -144,6 +148,7 @@ def test_on_a_gpu_bf16_autocasts_on_cuda_itself(precision, on, monkeypatch):
     assert not torch.is_autocast_enabled("cuda")
 
 
+@pytest.mark.slow
 def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     ids, labels = toy_problem()
     net = model()
@@ -160,6 +165,7 @@ def test_a_diverging_loss_names_epoch_and_step_and_keeps_finished_epochs():
     assert [r["epoch"] for r in rows] == [1]
 
 
+@pytest.mark.slow
 def test_an_infinite_loss_stops_the_run_as_a_nan_does(monkeypatch):
     """The loss becoming NaN *or inf* stops the run, naming the epoch and step."""
     import torch.nn.functional as F
@@ -178,6 +184,7 @@ def test_an_infinite_loss_stops_the_run_as_a_nan_does(monkeypatch):
     assert [r["epoch"] for r in rows] == [1]
 
 
+@pytest.mark.unit
 def test_balanced_class_weights_are_n_texts_over_n_classes_times_the_class_count():
     """trainer.class_weights=balanced weighs each class by n_texts / (n_classes × its count), scikit-learn's definition
     (a class the labels lack weighs 0)."""
@@ -190,6 +197,7 @@ def test_balanced_class_weights_are_n_texts_over_n_classes_times_the_class_count
         compute_class_weight("balanced", classes=np.array([0, 1, 3]), y=labels) * 3 / 4)  # sklearn's, over 3 classes
 
 
+@pytest.mark.slow
 def test_every_batch_goes_to_the_device_without_blocking_in_training_and_in_validation(monkeypatch):
     """On a GPU, batches are pinned and copied without blocking: each batch's token ids, padding mask and labels move
     with non_blocking=True, the training batches and the validation batches alike (a copy from pinned memory then
@@ -211,12 +219,14 @@ def test_every_batch_goes_to_the_device_without_blocking_in_training_and_in_vali
     assert all(non_blocking for _, _, non_blocking in batches), batches
 
 
+@pytest.mark.unit
 def test_unknown_device_is_a_clear_error():
     with pytest.raises(UserError, match="not a device name"):
         resolve_device("tpu")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("available", [True, False])
 def test_device_auto_picks_cuda_where_pytorch_sees_a_gpu_and_the_cpu_elsewhere(available, monkeypatch):
     """On a GPU, `device=auto` picks CUDA; --help: device "auto (CUDA when available)". Both answers, whatever this
@@ -226,6 +236,7 @@ def test_device_auto_picks_cuda_where_pytorch_sees_a_gpu_and_the_cpu_elsewhere(a
     assert resolve_device("cpu") == CPU  # an explicit cpu stays the CPU on a GPU machine too
 
 
+@pytest.mark.unit
 def test_where_a_gpu_is_cuda_and_cuda_n_name_the_gpu_asked_for(monkeypatch):
     """train --help: device "auto (CUDA when available) | cpu | cuda | cuda:N": on a machine with GPUs (faked:
     torch.cuda says one is present), cuda is the current GPU and cuda:N the N-th, not the first."""
@@ -234,6 +245,7 @@ def test_where_a_gpu_is_cuda_and_cuda_n_name_the_gpu_asked_for(monkeypatch):
     assert [resolve_device(f"cuda:{n}") for n in (0, 1, 3)] == [torch.device("cuda", n) for n in (0, 1, 3)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["cuda", "cuda:1"])
 def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monkeypatch):
     """`device=cuda` without a GPU says "PyTorch sees no CUDA GPU; use device=cpu or device=auto": the setting named,
@@ -248,6 +260,7 @@ def test_cuda_without_a_gpu_is_refused_with_the_two_devices_that_run(name, monke
     assert resolve_device("auto") == CPU  # (the advice holds: auto runs here)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_last_finished_epoch(tmp_path):
     ids, labels = toy_problem()
     first = model()
@@ -272,6 +285,7 @@ def test_a_resumed_run_interrupted_before_its_first_epoch_ends_goes_back_to_its_
         assert torch.equal(tensor, state["model"][name]), name  # back to where the resumed run started
 
 
+@pytest.mark.unit
 def test_schedule_warms_up_then_decays():
     total, warmup = 100, 10
     factors = {name: [lr_factor(step, total, warmup, name) for step in range(total)] for name in
@@ -285,6 +299,7 @@ def test_schedule_warms_up_then_decays():
     assert factors["cosine"][-1] < 0.001 and factors["linear"][-1] < 0.02  # ...and both end near zero
 
 
+@pytest.mark.slow
 def test_the_schedule_moves_the_learning_rate_at_every_step():
     """history.csv's lr is the rate of each epoch's first step: warm-up over the first epoch, then cosine decay,
     stepped per optimiser step, not per epoch (8 steps an epoch here)."""
@@ -295,6 +310,7 @@ def test_the_schedule_moves_the_learning_rate_at_every_step():
         [1e-2 * lr_factor(8 * epoch, 32, 4, "cosine") for epoch in range(4)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("final_weights", ["best", "last"])
 def test_early_stopping_writes_best_pt_and_the_model_ends_with_the_final_weights(tmp_path, final_weights):
     ids, labels = toy_problem()
@@ -317,6 +333,7 @@ def test_early_stopping_writes_best_pt_and_the_model_ends_with_the_final_weights
         assert torch.equal(tensor, ending[name]), name
 
 
+@pytest.mark.slow
 def test_best_pt_is_on_disk_as_soon_as_its_epoch_finishes(tmp_path):
     """best.pt holds the weights of the epoch with the lowest validation loss, saved as soon as that epoch finished: a
     run killed at any later moment keeps it. At the end of every epoch (on_epoch_end runs before the next starts),
@@ -340,6 +357,7 @@ def test_best_pt_is_on_disk_as_soon_as_its_epoch_finishes(tmp_path):
         assert all(torch.equal(on_disk[k], best_so_far[2][k]) for k in weights), f"best.pt after epoch {epoch}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("final_weights", ["last", "best"])
 def test_an_interrupted_run_ends_with_its_last_finished_epoch_or_with_best_the_best(tmp_path, final_weights):
     """Ctrl-C stops after the current step and writes the reports for the last finished epoch (or the best, with
@@ -360,6 +378,7 @@ def test_an_interrupted_run_ends_with_its_last_finished_epoch_or_with_best_the_b
         assert torch.equal(tensor, ending[name]), name
 
 
+@pytest.mark.slow
 def test_label_smoothing_changes_the_training_loss_only():
     ids, labels = toy_problem()
     rows = {}
@@ -372,6 +391,7 @@ def test_label_smoothing_changes_the_training_loss_only():
     assert rows[0.3]["train_loss"] != pytest.approx(rows[0.3]["val_loss"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_the_optimiser_is_adamw_with_the_settings_lr_and_decoupled_weight_decay(tmp_path):
     """The optimiser is AdamW (the settings' help: "AdamW's peak learning rate", "AdamW's decoupled weight decay"). The
     optimiser's state in last.pt is AdamW's: Adam would add the weight decay to the gradient (decoupled_weight_decay
@@ -384,6 +404,7 @@ def test_the_optimiser_is_adamw_with_the_settings_lr_and_decoupled_weight_decay(
     assert group["weight_decay"] == 0.05 and group["initial_lr"] == 1e-2
 
 
+@pytest.mark.slow
 def test_gradient_clipping_reaches_the_update():
     ids, labels = toy_problem()
     moved = {}
@@ -397,6 +418,7 @@ def test_gradient_clipping_reaches_the_update():
     assert moved[1e-12] < 1e-3 * moved[None]
 
 
+@pytest.mark.unit
 def test_embedding_and_mlp_dropout_act_in_training_only():
     net = model(embedding_dropout=0.5, mlp_dropout=0.5)
     ids = torch.randint(10, 50, (4, 12))
@@ -406,6 +428,7 @@ def test_embedding_and_mlp_dropout_act_in_training_only():
     assert not torch.allclose(net(ids), net(ids))
 
 
+@pytest.mark.unit
 def test_balanced_class_weights_are_scikit_learns():
     from sklearn.utils.class_weight import compute_class_weight
 
@@ -415,6 +438,7 @@ def test_balanced_class_weights_are_scikit_learns():
     assert balanced_class_weights([0, 0, 1], 3)[2] == 0  # a class the split lacks weighs nothing
 
 
+@pytest.mark.unit
 def test_weighted_evaluation_is_the_weighted_mean_cross_entropy():
     ids, labels = toy_problem(n=20)
     net = model().eval()
@@ -427,6 +451,7 @@ def test_weighted_evaluation_is_the_weighted_mean_cross_entropy():
     assert result.loss == pytest.approx(expected.item(), rel=1e-5)
 
 
+@pytest.mark.unit
 def test_evaluation_attends_with_the_cls_query_alone_over_the_real_tokens_under_inference_mode():
     """Evaluation has no token dropout (compaction drops padding only), computes the [CLS] query alone, under
     torch.inference_mode (no autograd bookkeeping at all); the model is not cls_only, so training would attend with
@@ -447,6 +472,7 @@ def test_evaluation_attends_with_the_cls_query_alone_over_the_real_tokens_under_
     assert calls == [(1, n, True) for n in longest]  # one query, over every token: no token dropout
 
 
+@pytest.mark.slow
 def test_gradient_clipping_scales_the_whole_gradient_down_to_the_max_norm(monkeypatch):
     """trainer.grad_clip is a max global gradient norm: the optimiser step gets the gradient scaled as a whole, its
     direction kept, not clamped entry by entry. The reference: the first batch's gradient, computed here."""
@@ -473,6 +499,7 @@ def test_gradient_clipping_scales_the_whole_gradient_down_to_the_max_norm(monkey
         torch.testing.assert_close(got, expected * (clip / norm))
 
 
+@pytest.mark.slow
 def test_weight_decay_is_adamws_decoupled_decay():
     """One full-batch step from the same weights with and without trainer.weight_decay: the gradient step is the same,
     so the two differ by exactly lr × weight_decay × the weights (AdamW's decoupled decay)."""
@@ -488,6 +515,7 @@ def test_weight_decay_is_adamws_decoupled_decay():
         torch.testing.assert_close(after[decay][name] - after[0.0][name], -lr * decay * weights, rtol=0, atol=1e-6)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("setting", "where", "elsewhere"), [("embedding_dropout", "attention", "classifier"),
                                                              ("mlp_dropout", "classifier", "attention")])
 def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
@@ -512,6 +540,7 @@ def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
     assert 0.3 < zeros[where] < 0.7 and zeros[elsewhere] == 0, zeros
 
 
+@pytest.mark.slow
 def test_patience_that_runs_out_at_the_last_epoch_is_no_early_stop():
     """At lr 0 the validation loss is never lower than after epoch 1. Patience 2 ends a 4-epoch run after epoch 3,
     early; a 3-epoch run ends there too, but it did every epoch it was asked for."""
@@ -522,6 +551,7 @@ def test_patience_that_runs_out_at_the_last_epoch_is_no_early_stop():
         assert (len(result.history), result.best_epoch, result.stopped_early) == (3, 1, stopped_early), epochs
 
 
+@pytest.mark.slow
 def test_every_epoch_trains_in_training_mode_and_every_validation_evaluates_in_eval_mode():
     """Token dropout hides a different share of each text at every training pass, so that more passes keep finding
     something new; model.token_dropout's help: "while training, hide each token but [CLS]". Each epoch's training steps
@@ -537,6 +567,7 @@ def test_every_epoch_trains_in_training_mode_and_every_validation_evaluates_in_e
         [(True, True)] * steps + [(False, False)] * validation) * 2
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_a_signal_as_its_patience_ran_out_continues_to_the_uninterrupted_early_stop(tmp_path):
     """Running the same command again continues an unfinished run after the last finished epoch (last.pt), in place,
     with history and metrics equal to an uninterrupted run's; last.pt holds the early-stopping state. At lr 0 patience 2
@@ -564,6 +595,7 @@ def test_a_run_stopped_by_a_signal_as_its_patience_ran_out_continues_to_the_unin
         uninterrupted.best_epoch, uninterrupted.reported_epoch, True, None)
 
 
+@pytest.mark.slow
 def test_a_continued_run_counts_its_training_seconds_from_the_first_epoch_of_the_run_not_of_the_attempt(tmp_path):
     """history.csv holds elapsed_train_seconds, and time_to_accuracy is the training seconds until validation accuracy
     first reached each level; a continued run's history equals an uninterrupted run's. After a resume the seconds so far
@@ -580,6 +612,7 @@ def test_a_continued_run_counts_its_training_seconds_from_the_first_epoch_of_the
         list(itertools.accumulate(r["train_seconds"] for r in result.history)), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_a_continued_run_keeps_the_best_epoch_s_weights_for_best_pt_and_for_final_weights_best(tmp_path):
     """last.pt holds the early-stopping state; best.pt the weights of the epoch with the lowest validation loss, which
     trainer.final_weights=best goes back to; and a run continued from last.pt (in place or into a new folder) ends with
@@ -611,6 +644,7 @@ def test_a_continued_run_keeps_the_best_epoch_s_weights_for_best_pt_and_for_fina
         assert torch.equal(continued.state_dict()[name], reference.state_dict()[name]), f"reported model: {name}"
 
 
+@pytest.mark.slow
 def test_an_epochs_training_loss_is_the_mean_cross_entropy_over_its_texts_not_over_its_batches():
     """history.csv's `train_loss` is measured as trained, with token dropout hiding 75% of each text by default, so it
     sits above the validation loss (evaluated on whole texts): the same mean cross-entropy per text as val_loss, only on
@@ -627,6 +661,7 @@ def test_an_epochs_training_loss_is_the_mean_cross_entropy_over_its_texts_not_ov
     assert np.mean(batches) != pytest.approx(per_text, rel=1e-3)  # (so that a mean over batches would show)
 
 
+@pytest.mark.slow
 def test_train_and_eval_seconds_time_the_training_pass_and_the_validation_apart(monkeypatch):
     """`train_seconds` counts the training passes alone and `eval_seconds` the validation after each epoch, timed apart,
     and elapsed_train_seconds adds up the training passes. On a clock that moves only when the test says (1 s per

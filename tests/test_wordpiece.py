@@ -13,17 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-import tokenizer_fakes
 from conftest import Terminal
 from mha_textclf.errors import UserError
 from mha_textclf.tokenizer import encoding, wordpiece
 from tokenizer_fakes import cased_base
 
-# The module-scoped fixture of tokenizer_fakes.py (a tokenizer from scratch and one on MiniLM's pipeline),
-# made once in each module that uses it.
-trained = tokenizer_fakes.trained
 
-
+@pytest.mark.slow
 def test_vocabulary_and_special_tokens(trained):
     assert len(trained) <= 1000
     assert trained.convert_tokens_to_ids("[PAD]") == trained.pad_token_id == 0
@@ -31,6 +27,7 @@ def test_vocabulary_and_special_tokens(trained):
         assert trained.convert_tokens_to_ids(token) != trained.unk_token_id or token == "[UNK]"
 
 
+@pytest.mark.slow
 def test_uncased_wordpiece_with_cls_and_sep(trained):
     ids = [x.tolist() for x in encoding.encode(trained, ["The Prime Minister said", "the prime minister said"], 512)]
     assert ids[0] == ids[1]  # lowercased
@@ -73,6 +70,7 @@ def test_characters_that_do_not_fit_leave_the_rarest_to_unk_and_room_for_merges(
     assert wordpiece.train_tokenizer(texts, vocab_size=15).get_vocab().keys() >= set("abcdefgh")  # all fit: as before
 
 
+@pytest.mark.slow
 def test_a_vocab_size_without_room_for_a_character_is_a_clear_error(train_texts):
     with pytest.raises(UserError, match=r"tokenizer.vocab_size=3 leaves no room .* use tokenizer.vocab_size=\d+"):
         wordpiece.train_tokenizer(train_texts[:10], vocab_size=3)

@@ -1,16 +1,7 @@
-"""What the tokenizer test modules share: the tokenizers `trained` gives (test_wordpiece,
-test_encoding, test_tokenizer_cache) and a base tokenizer that keeps case and accents
-(test_wordpiece, test_vocabulary)."""
-
-import pytest
+"""What the tokenizer test modules share: a base tokenizer that keeps case and accents (test_wordpiece,
+test_vocabulary). (The tokenizers they all read, `trained`, are a fixture of conftest.py.)"""
 
 from mha_textclf.tokenizer import wordpiece
-
-
-@pytest.fixture(scope="module", params=["scratch", "minilm"])
-def trained(request, train_texts, minilm_dir):
-    base = None if request.param == "scratch" else str(minilm_dir)
-    return wordpiece.train_tokenizer(train_texts[:250], vocab_size=1000, base=base)  # (a 1000-token vocabulary still)
 
 
 def cased_base(folder):

@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
 MIN_SEEDS_FOR_T = 3  # for speed; below it, the bootstrap over epochs
@@ -78,6 +77,8 @@ def paired_t(differences: list[float]) -> Interval:
     n = len(d)
     if n < 2:
         return Interval(float(d.mean()) if n else math.nan, None, None, n, "one seed: no interval")
+    from scipy import stats  # here: a second of imports, for the summaries that compare seeds
+
     half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * d.std(ddof=1) / math.sqrt(n)
     return Interval(float(d.mean()), float(d.mean() - half), float(d.mean() + half), n, f"paired t, {n} seeds")
 
