@@ -66,27 +66,16 @@ def final_job_states(job_id: str, env: dict[str, str], timeout: float = 60) -> l
         time.sleep(0.5)
 
 
-def test_a_three_variant_sweep_runs_as_slurm_jobs(slurm_cluster, data_dir, tmp_path):
-    sweep = tmp_path / "sweep"
-    result = run_train(*on_slurm(slurm_cluster), "model=naive,efficient,torch", *TINY, f"hydra.sweep.dir={sweep}",
-                       data_dir=data_dir, env=slurm_cluster.env, timeout=600)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    runs = pd.read_csv(sweep / "summary.csv")
-    assert sorted(runs["model"]) == ["efficient", "naive", "torch"] and set(runs["status"]) == {"ok"}
-    assert (sweep / "summary.md").read_text().count("| ok |") == 3
-
-    # They ran as Slurm jobs: one job array, whose submitit files stay in the sweep folder (the launcher's default
-    # submitit_folder), and whose three tasks Slurm's accounting records as COMPLETED.
-    env = slurm_cluster.env
-    array_id = next(p.name for p in (sweep / ".submitit").iterdir() if p.is_dir() and p.name.isdigit())
-    assert sorted(final_job_states(array_id, env=env)) == [f"{array_id}_{task}|COMPLETED" for task in range(3)]
-    # Each job trained with the CPUs Slurm gave it, not with all the machine's.
-    assert {RunMetrics.read(sweep / d / "metrics.json").threads for d in runs["run_dir"]} == {1}
-
-    # The cluster is still up and its node still takes jobs.
-    assert "is UP" in slurm("scontrol", "ping", env=env)
-    node_state = slurm("sinfo", "--noheader", "--Node", "--format=%T", env=env).strip()
-    assert node_state in {"idle", "mixed", "allocated", "completing"}, node_state
+@pytest.fixture(scope="module", autouse=True)
+def three_variant_sweep(slurm_cluster, data_dir, tmp_path_factory):
+    """A three-variant sweep on the cluster, started when the module starts: its jobs run while the other tests wait
+    for Slurm (a requeue holds a job back for seconds), and its test reads it at the end."""
+    sweep = tmp_path_factory.mktemp("three-variants") / "sweep"
+    launcher = commands.start(["-m", "train", *on_slurm(slurm_cluster), "model=naive,efficient,torch", *TINY,
+                               f"hydra.sweep.dir={sweep}"], cwd=REPO,
+                              env=os.environ | {"BBC_NEWS_PATH": str(data_dir)} | slurm_cluster.env)
+    yield launcher, sweep
+    launcher.kill()
 
 
 # Long enough (about a second an epoch) to be caught mid-run.
@@ -149,6 +138,29 @@ def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(
         assert f"{signal_name} received: stopping after this step" in log
         assert RunMetrics.read(run_dir / "metrics.json").interrupted_by is None
         pd.testing.assert_frame_equal(history[SAME_RESULTS], expected[SAME_RESULTS])
+
+
+def test_a_three_variant_sweep_runs_as_slurm_jobs(slurm_cluster, three_variant_sweep):
+    launcher, sweep = three_variant_sweep
+    stdout, stderr = launcher.communicate(timeout=600)
+    result = subprocess.CompletedProcess(launcher.args, launcher.returncode, stdout, stderr)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    runs = pd.read_csv(sweep / "summary.csv")
+    assert sorted(runs["model"]) == ["efficient", "naive", "torch"] and set(runs["status"]) == {"ok"}
+    assert (sweep / "summary.md").read_text().count("| ok |") == 3
+
+    # They ran as Slurm jobs: one job array, whose submitit files stay in the sweep folder (the launcher's default
+    # submitit_folder), and whose three tasks Slurm's accounting records as COMPLETED.
+    env = slurm_cluster.env
+    array_id = next(p.name for p in (sweep / ".submitit").iterdir() if p.is_dir() and p.name.isdigit())
+    assert sorted(final_job_states(array_id, env=env)) == [f"{array_id}_{task}|COMPLETED" for task in range(3)]
+    # Each job trained with the CPUs Slurm gave it, not with all the machine's.
+    assert {RunMetrics.read(sweep / d / "metrics.json").threads for d in runs["run_dir"]} == {1}
+
+    # The cluster is still up and its node still takes jobs.
+    assert "is UP" in slurm("scontrol", "ping", env=env)
+    node_state = slurm("sinfo", "--noheader", "--Node", "--format=%T", env=env).strip()
+    assert node_state in {"idle", "mixed", "allocated", "completing"}, node_state
 
 
 def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, data_dir, tmp_path):

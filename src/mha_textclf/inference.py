@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import torch
 
 from mha_textclf.data.batches import collate
@@ -19,6 +19,9 @@ from mha_textclf.settings import PredictSettings
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.encoding import encode
 from mha_textclf.training import resolve_device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("predict")
 
@@ -62,6 +65,8 @@ def predict_proba(model: TextClassifier, tokenizer, texts: list[str], batch_size
 
 def probability_table(texts: list[str], probabilities: np.ndarray, class_names: list[str]) -> pd.DataFrame:
     """One row per text: the text, one probability column per class name, the predicted class."""
+    import pandas as pd  # here: a training run, which asks the model questions too, never needs it
+
     table = pd.DataFrame(probabilities, columns=class_names)
     table.insert(0, "text", texts)
     table["predicted"] = [class_names[i] for i in probabilities.argmax(axis=1)]
