@@ -24,7 +24,13 @@ TRAINING_STATE_FORMAT = "mha-textclf-training-state/4"
 
 def atomic_save(obj: dict, path: Path) -> None:
     """`torch.save`, whole or not at all (runs/files.py): readers see the old file or the new, never half."""
-    write_atomically(path, lambda tmp: torch.save(obj, tmp))
+    def save(tmp: Path) -> None:
+        # Through a file object: given a path, torch names the archive's folder after the file (here the temporary
+        # name), and the same weights would make other bytes in every run.
+        with tmp.open("wb") as f:
+            torch.save(obj, f)
+
+    write_atomically(path, save)
 
 
 def _load(path: Path, device, what: str) -> dict:
