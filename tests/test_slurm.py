@@ -171,13 +171,22 @@ def test_a_slurm_array_of_workers_finishes_one_study_together(slurm_cluster, dat
     options = [re.sub(r"^--array=.*", "--array=1-2", o).replace("<partition>", partition)
                .replace("outputs/search/", f"{tmp_path}/") for o in options]
     worker = shlex.join([sys.executable, *worker_command(study_dir, data_dir, n_trials), *arguments])
-    submitted = subprocess.run(["sbatch", "--wait", *options, "--wrap", worker], cwd=REPO, capture_output=True,
-                               text=True, timeout=900, env=os.environ | slurm_cluster.env)
+    # Not `sbatch --wait`: it polls at 2, then 8, then 32 s, so it returned half a minute after the workers ended.
+    submitted = subprocess.run(["sbatch", "--parsable", *options, "--wrap", worker], cwd=REPO, capture_output=True,
+                               text=True, timeout=60, env=os.environ | slurm_cluster.env)
+    assert submitted.returncode == 0, submitted.stderr
+    array_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 900
+    while slurm("squeue", "--noheader", "--array", f"--jobs={array_id}", env=slurm_cluster.env).strip():
+        assert time.monotonic() < deadline, f"the array {array_id} did not end within 900 s"
+        time.sleep(0.5)
+    states = final_job_states(array_id, env=slurm_cluster.env)
     logs = [path.read_text() for path in sorted(tmp_path.glob("*.out"))]
-    assert submitted.returncode == 0 and len(logs) == 2, (submitted.stderr, logs)
+    assert [s.rpartition("|")[2] for s in states] == ["COMPLETED"] * 2 and len(logs) == 2, (states, logs)
     study = load_tiny_study(study_dir)
-    states = [t.state.name for t in study.trials]
-    assert states.count("COMPLETE") + states.count("PRUNED") in (n_trials, n_trials + 1) and "RUNNING" not in states
+    trial_states = [t.state.name for t in study.trials]
+    assert trial_states.count("COMPLETE") + trial_states.count("PRUNED") in (n_trials, n_trials + 1) \
+        and "RUNNING" not in trial_states
     assert all(trial_folders_in(log) for log in logs), logs  # both array tasks worked on the study
     assert_reports_describe(study, study_dir)
 
