@@ -210,7 +210,7 @@ def result_table(name: str, table: str) -> str:
 
 def renderers() -> dict[str, callable]:
     found = {f"settings:{app}": (lambda app=app: settings_table(app)) for app in ("train", "predict", "baseline",
-                                                                                 "search")}
+                                                                                 "search", "export")}
     found |= {"requirements": requirements, "defaults:bbc-news": bbc_defaults, "rule:by-length": by_length_rule,
               "rule:vocabulary": vocabulary_rule, "example:by-length-log": by_length_log,
               "example:mistakes": mistakes_example, "example:slurm-array": slurm_array_example,

@@ -32,7 +32,7 @@ def hydra_main(cfg: DictConfig) -> None:
     """Print a table of text, probability per class and predicted class; optionally write it as CSV."""
     import pandas as pd  # here, not above: `main` answers a mistake without importing torch
 
-    from mha_textclf.inference import predict
+    from mha_textclf.predictions import predict
 
     try:
         table = predict(cli.to_settings(cfg))

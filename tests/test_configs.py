@@ -11,14 +11,13 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import MISSING, OmegaConf
 
 from conftest import CONFIG_DIR, REPO, compose_config, require, settings_for, train_in_process
+from mha_textclf import cli
 from mha_textclf.checks import lookup
 from mha_textclf.errors import UserError
 from mha_textclf.settings import (
     ADAPTIVE,
     BY_TEXT_LENGTH,
-    BaselineSettings,
     ModelSettings,
-    PredictSettings,
     SearchSettings,
     TrainSettings,
     flat,
@@ -27,7 +26,7 @@ from mha_textclf.settings import (
 )
 
 # The schema each config file's values merge into: a root config's own, a group's that of the app reading it.
-ROOTS = {"train": TrainSettings, "predict": PredictSettings, "baseline": BaselineSettings, "search": SearchSettings}
+ROOTS = cli.SCHEMAS  # configs/<app>.yaml merges into the app's schema
 GROUPS = {"hparams_search": SearchSettings}  # every other group: TrainSettings
 
 
@@ -95,7 +94,8 @@ def test_each_extra_installs_the_modules_its_commands_import():
     from packaging.requirements import Requirement
 
     needs = {"hpo": ["optuna"], "tracking": ["tensorboard", "mlflow"],
-             "launchers": ["hydra_plugins/hydra_submitit_launcher", "hydra_plugins/hydra_joblib_launcher"]}
+             "launchers": ["hydra_plugins/hydra_submitit_launcher", "hydra_plugins/hydra_joblib_launcher"],
+             "export": ["onnx", "onnxscript", "onnxruntime"], "serve": ["onnxruntime", "tokenizers", "numpy"]}
     section = (REPO / "pyproject.toml").read_text().split("[project.optional-dependencies]\n")[1].split("\n[")[0]
     extras = {name: [Requirement(r).name for r in re.findall(r'"([^"]+)"', body)]
               for name, body in re.findall(r"^(\w+) = \[(.*)\]$", section, re.MULTILINE)}

@@ -13,7 +13,7 @@ import pytest
 import commands
 from conftest import REPO, optional, run_cli, settings_for
 from mha_textclf import pipeline as train_module
-from mha_textclf.inference import predict
+from mha_textclf.predictions import predict
 from mha_textclf.runs.metrics import RunMetrics
 from run_fakes import SMOKE, history
 

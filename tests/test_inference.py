@@ -11,7 +11,8 @@ import torch
 
 from conftest import capture_figures, logits_one_by_one, run_cli, run_train, settings_for, train_in_process
 from mha_textclf.errors import UserError
-from mha_textclf.inference import attention_map, load_run, predict, predict_proba
+from mha_textclf.inference import attention_map, load_run, predict_proba
+from mha_textclf.predictions import predict
 from mha_textclf.reports import slug
 from mha_textclf.runs.checkpoint import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
 from mha_textclf.tokenizer.encoding import encode
@@ -347,7 +348,7 @@ def test_a_file_s_blank_lines_are_skipped_spaces_and_tabs_only_included(tmp_path
     """python -m predict --help, file: "a text file, one text per line (blank lines skipped)": a line of spaces or a
     tab is blank too, and skipped, not a text refused as empty; every other line is a text as it is, after the texts
     of text=."""
-    from mha_textclf.inference import read_texts
+    from mha_textclf.predictions import read_texts
 
     texts = tmp_path / "texts.txt"
     texts.write_text("the minister said\n   \n\t\n\nthe striker scored twice \n  indented\n")

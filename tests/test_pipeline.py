@@ -24,8 +24,9 @@ from conftest import logits_one_by_one, png_size, require, run_split, settings_f
 from mha_textclf import pipeline as train_module
 from mha_textclf import training
 from mha_textclf.data.corpus import load_corpus
-from mha_textclf.inference import load_run, predict
+from mha_textclf.inference import load_run
 from mha_textclf.model import TextClassifier
+from mha_textclf.predictions import predict
 from mha_textclf.runs import files, lifecycle
 from mha_textclf.runs.checkpoint import load_checkpoint, load_training_state
 from mha_textclf.runs.metrics import RunMetrics

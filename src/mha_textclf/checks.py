@@ -140,12 +140,17 @@ def _train_rules(s: TrainSettings) -> list[str]:
 
 
 def _predict_rules(s: PredictSettings) -> list[str]:
+    found = []
+    if s.backend != "torch" and s.device != "cpu":
+        found.append(f"device={s.device}: backend={s.backend} runs on the CPU (onnxruntime); leave device at cpu, "
+                     "or use backend=torch for a GPU.")
     text = s.text
     if text is None or isinstance(text, str) or (isinstance(text, list) and all(isinstance(t, str) for t in text)):
-        return []
+        return found
     shown = show(text)
-    return [f"text={shown}: was read as {type(text).__name__}, not as text; quote it for Hydra, e.g. "
-            f"text=\"'{shown}'\" or text='[\"first text\",\"second text\"]'."]
+    found.append(f"text={shown}: was read as {type(text).__name__}, not as text; quote it for Hydra, e.g. "
+                 f"text=\"'{shown}'\" or text='[\"first text\",\"second text\"]'.")
+    return found
 
 
 def _interval(m: dict) -> str:

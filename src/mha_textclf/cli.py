@@ -34,12 +34,12 @@ from mha_textclf.runs import files
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 SCHEMAS = {"train": schema.TrainSettings, "predict": schema.PredictSettings, "baseline": schema.BaselineSettings,
-           "search": schema.SearchSettings}
+           "search": schema.SearchSettings, "export": schema.ExportSettings}
 COMMANDS = {"train": "python -m train", "predict": "python -m predict", "baseline": "python scripts/baseline_tfidf.py",
-            "search": "python -m search"}
+            "search": "python -m search", "export": "python -m export"}
 # The config groups each one reads.
 GROUPS = {"train": ("model", "data", "experiment", "logger"), "predict": (), "baseline": ("data",),
-          "search": ("hparams_search",)}
+          "search": ("hparams_search",), "export": ()}
 EXAMPLES = {
     "train": """\
   python -m train model=naive pe=true                 one run: a variant, with positional encoding
@@ -49,7 +49,10 @@ EXAMPLES = {
   python -m train --cfg job --resolve                 print the composed settings and exit""",
     "predict": """\
   python -m predict run_dir=outputs/runs/<run> text='["how are you","you how are"]'
-  python -m predict run_dir=outputs/runs/<run> file=texts.txt out=predictions.csv""",
+  python -m predict run_dir=outputs/runs/<run> file=texts.txt out=predictions.csv
+  python -m predict run_dir=outputs/runs/<run> backend=onnx text='["how are you"]'    the export, without torch""",
+    "export": """\
+  python -m export run_dir=outputs/runs/<run>        ONNX fp32 and int8, tokenizer and model card in <run>/export/""",
     "baseline": """\
   python scripts/baseline_tfidf.py                                   wordpiece features on bbc-news, seed 0
   python scripts/baseline_tfidf.py -m features=wordpiece,words seed=0,1,2      six runs, summarised at the end

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -13,17 +11,12 @@ import torch
 from mha_textclf.data.batches import collate
 from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
+from mha_textclf.predictions import check_texts
 from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_checkpoint
-from mha_textclf.settings import PredictSettings
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.encoding import encode
 from mha_textclf.training import resolve_device
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-log = logging.getLogger("predict")
 
 
 @dataclass
@@ -34,8 +27,10 @@ class TrainedRun:
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> TrainedRun:
-    """The model (eval mode, on `device`), tokenizer and class names a training run saved in its folder."""
+    """The model (eval mode, on `device`: a torch device, or a name predict's device setting takes), tokenizer and
+    class names a training run saved in its folder."""
     run_dir = Path(run_dir)
+    device = resolve_device(device) if isinstance(device, str) else device
     if not run_dir.is_dir():
         raise UserError(f"run_dir={run_dir} is not a folder; pass a run folder such as outputs/runs/<run>.")
     model, class_names = load_checkpoint(run_dir / files.MODEL, device)
@@ -49,9 +44,7 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained
 @torch.no_grad()
 def predict_proba(model: TextClassifier, tokenizer, texts: list[str], batch_size: int = 64) -> np.ndarray:
     """Class probabilities (N, n_classes), rows in the order of `texts`."""
-    empty = [i for i, text in enumerate(texts) if not text or not text.strip()]
-    if empty:
-        raise UserError(f"Text number(s) {[i + 1 for i in empty]} are empty; give at least one word per text.")
+    check_texts(texts)
     model.eval()
     device = next(model.parameters()).device
     ids = encode(tokenizer, texts, model.config.max_length)
@@ -61,16 +54,6 @@ def predict_proba(model: TextClassifier, tokenizer, texts: list[str], batch_size
         logits = model(batch["input_ids"].to(device), batch["padding_mask"].to(device))
         probabilities.append(logits.float().softmax(dim=-1).cpu())
     return torch.cat(probabilities).numpy()
-
-
-def probability_table(texts: list[str], probabilities: np.ndarray, class_names: list[str]) -> pd.DataFrame:
-    """One row per text: the text, one probability column per class name, the predicted class."""
-    import pandas as pd  # here: a training run, which asks the model questions too, never needs it
-
-    table = pd.DataFrame(probabilities, columns=class_names)
-    table.insert(0, "text", texts)
-    table["predicted"] = [class_names[i] for i in probabilities.argmax(axis=1)]
-    return table
 
 
 @torch.no_grad()
@@ -96,37 +79,3 @@ def order_probe(model: TextClassifier, tokenizer, class_names: list[str], texts:
                                                                                                   strict=True)},
         "max_abs_difference": float(np.ptp(probabilities, axis=0).max()),  # any two texts, not just the first
     }
-
-
-def read_texts(text: str | list[str] | None, file: str | None) -> list[str]:
-    texts = [text] if isinstance(text, str) else list(text or [])
-    if file is not None:
-        path = Path(file).expanduser()
-        if not path.is_file():
-            raise UserError(f"file={file} does not exist; give a text file with one text per line.")
-        texts += [line for line in path.read_text().splitlines() if line.strip()]
-    if not texts:
-        raise UserError("Nothing to predict: give text='[\"first text\",\"second text\"]' or file=<path>.")
-    return texts
-
-
-def check_out(out: str | None) -> None:
-    """Before any work: `out` must be a file in an existing folder."""
-    if out is None:
-        return
-    path = Path(out).expanduser()
-    if path.is_dir() or not path.parent.is_dir():
-        why = "is a folder" if path.is_dir() else f"is in {path.parent}, which does not exist"
-        raise UserError(f"out={out} {why}; give a file name in an existing folder, e.g. out=predictions.csv.")
-
-
-def predict(settings: PredictSettings) -> pd.DataFrame:
-    """One row per text: its class probabilities and the predicted class (written to `settings.out` too)."""
-    check_out(settings.out)
-    texts = read_texts(settings.text, settings.file)
-    run = load_run(settings.run_dir, resolve_device(settings.device))
-    table = probability_table(texts, predict_proba(run.model, run.tokenizer, texts), run.class_names)
-    if settings.out is not None:
-        table.to_csv(settings.out, index=False)
-        log.info(f"wrote {settings.out}")
-    return table

@@ -26,6 +26,8 @@ FINAL_WEIGHTS = ("last", "best")
 SCHEDULES = ("constant", "linear", "cosine")
 FEATURES = ("wordpiece", "words", "chars")
 PRECISIONS = ("fp32", "bf16")
+# torch: the run's model.pt; onnx / onnx-int8: the run's export/ (python -m export), without torch
+BACKENDS = ("torch", "onnx", "onnx-int8")
 
 
 def show(value: Any) -> str:
@@ -287,6 +289,17 @@ class PredictSettings:
     file: str | None = setting(None, "a text file, one text per line (blank lines skipped)")
     out: str | None = setting(None, "also write the table as CSV here")
     device: str = setting("cpu", "cpu | cuda | cuda:N | auto; a model trained on a GPU runs on the CPU too")
+    backend: str = setting("torch", "torch: the run's model.pt; onnx | onnx-int8: the run's export/ folder "
+                                    "(python -m export), which needs neither torch nor the training stack",
+                           choices=BACKENDS)
+
+
+@dataclass
+class ExportSettings:
+    """python -m export: a trained run as ONNX (fp32 and int8) with its tokenizer, class names and model card."""
+
+    run_dir: str = setting(MISSING, "a finished training run folder (holds model.pt and tokenizer/); the export "
+                                    "lands in its export/ folder")
 
 
 @dataclass

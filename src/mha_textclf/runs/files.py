@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from mha_textclf.serving import EXPORT  # the export's format is serving's; its folder is the run's
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -92,6 +94,8 @@ RUN_FOLDER = (
     RunFile("tensorboard/", "with logger=tensorboard: the event files (logger.tensorboard.subdir)", "tensorboard"),
     RunFile(attention_map("<slug>"), "one heatmap per head + the mean, for each probe sentence", "attention_*.png"),
     RunFile(JOB, "only in a sweep: the job's wall time, host and process", None),
+    RunFile(f"{EXPORT}/", "only after python -m export: model.onnx, model.int8.onnx, tokenizer.json, export.json, "
+            "MODEL_CARD.md (docs/predict.md)", EXPORT),
 )
 # What a run writes, and so what `overwrite=true` deletes; config.yaml first, so that a kill mid-way leaves a folder
 # that reads as new. Anything else in the folder is not ours to delete.

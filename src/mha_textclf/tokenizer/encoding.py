@@ -8,6 +8,7 @@ import numpy as np
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from mha_textclf.tokenizer.prefix import text_prefix
 from mha_textclf.tokenizer.wordpiece import count_words
 
 # A split whose tokens are [UNK] more often than this gets a warning. With every character in the vocabulary the rate
@@ -63,9 +64,6 @@ def missing_alphabet(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> li
 ENCODE_BATCH = 1000  # texts per call: the tokenizer's own threads get work, memory stays a batch's worth
 
 
-CHARS_PER_TOKEN = 16  # a prefix this many characters per token nearly always holds max_length tokens
-
-
 def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int) -> list[np.ndarray]:
     """Token ids per text: [CLS] first, [SEP] last, truncated to max_length, unpadded (batches pad dynamically),
     as int32 arrays (a list of Python ints would take ten times the memory on a large corpus).
@@ -79,7 +77,7 @@ def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int
     for start in tqdm(range(0, len(texts), ENCODE_BATCH), desc="encoding", unit_scale=ENCODE_BATCH, delay=2,
                       disable=None, leave=False):
         batch = texts[start : start + ENCODE_BATCH]
-        prefixes = [_prefix(text, max_length * CHARS_PER_TOKEN) for text in batch]
+        prefixes = [text_prefix(text, max_length) for text in batch]
         ids = tokenizer(prefixes, truncation=True, max_length=max_length)["input_ids"]
         short = [i for i, (text, prefix) in enumerate(zip(batch, prefixes, strict=True))
                  if prefix is not text and len(ids[i]) < max_length]
@@ -90,10 +88,3 @@ def encode(tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int
         out += [np.asarray(row, dtype=np.int32) for row in ids]
     return out
 
-
-def _prefix(text: str, limit: int) -> str:
-    """`text` cut at its last whitespace before `limit` characters (the text itself when it is shorter)."""
-    if len(text) <= limit:
-        return text
-    cut = max(text.rfind(space, 0, limit) for space in " \n\t\r")
-    return text[:cut] if cut > 0 else text

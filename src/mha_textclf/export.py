@@ -1,0 +1,164 @@
+"""A trained run as a model you can ship: ONNX (fp32, and int8 by onnxruntime's dynamic quantization), the tokenizer,
+the class names and a model card, in the run's export/ folder. mha_textclf.serving reads it without torch."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import torch
+import yaml
+from torch import Tensor, nn
+
+from mha_textclf.errors import UserError
+from mha_textclf.model import TextClassifier
+from mha_textclf.runs import files
+from mha_textclf.runs.checkpoint import load_checkpoint
+from mha_textclf.runs.metrics import RunMetrics, library_versions
+from mha_textclf.serving import (
+    EXPORT,
+    EXPORT_FORMAT,
+    EXPORT_JSON,
+    MODEL_CARD,
+    MODEL_INT8,
+    MODEL_ONNX,
+    TOKENIZER_JSON,
+)
+from mha_textclf.settings import ExportSettings
+
+log = logging.getLogger("export")
+
+OPSET = 18
+
+
+class LogitsFromIds(nn.Module):
+    """The classifier as a service calls it: token ids (B, T) in, [PAD] where a batch pads, logits (B, n_classes)
+    out. The padding mask is computed inside, so the exported graph has one input."""
+
+    def __init__(self, model: TextClassifier):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return self.model(input_ids, input_ids == self.model.config.pad_id)  # (B, T) -> (B, n_classes)
+
+
+def exportable(model: TextClassifier) -> LogitsFromIds:
+    """The model in eval mode, with the masked computation: compaction sizes its tensors by the longest text's
+    visible tokens, a number a traced graph cannot hold, and the mask gives the same logits (tests/test_model.py)."""
+    model.eval()
+    model.compact = False
+    return LogitsFromIds(model).eval()
+
+
+def check_run(run_dir: Path) -> None:
+    """A folder with a finished model to export, or the error that says what to run."""
+    if not run_dir.is_dir():
+        raise UserError(f"run_dir={run_dir} is not a folder; pass a training run folder such as outputs/runs/<run>.")
+    state = files.read_status(run_dir).get("state")
+    missing = [name for name in (files.MODEL, files.TOKENIZER, files.METRICS) if not (run_dir / name).exists()]
+    if missing or state not in (None, "finished"):
+        why = f"lacks {', '.join(missing)}" if missing else f"is {state}, not finished"
+        raise UserError(f"{run_dir} {why}: export a run that finished training. Finish it with the command that "
+                        f"started it (it continues in place), or train one: python -m train")
+
+
+def export_run(settings: ExportSettings) -> Path:
+    """Write `settings.run_dir`/export/ and return it: model.onnx, model.int8.onnx, tokenizer.json, export.json
+    (class names, [PAD], the longest input, the calibration temperature where the run has one), MODEL_CARD.md."""
+    run_dir = Path(settings.run_dir).expanduser()
+    check_run(run_dir)
+    model, class_names = load_checkpoint(run_dir / files.MODEL, "cpu")
+    metrics = RunMetrics.read(run_dir / files.METRICS)
+    out = run_dir / EXPORT
+    out.mkdir(exist_ok=True)
+    (out / EXPORT_JSON).unlink(missing_ok=True)  # written last: until then the folder is not an export
+    files.write_atomically(out / MODEL_ONNX, lambda tmp: to_onnx(model, tmp))
+    files.write_atomically(out / MODEL_INT8, lambda tmp: quantize(out / MODEL_ONNX, tmp))
+    files.write_atomically(out / TOKENIZER_JSON,
+                           lambda tmp: shutil.copyfile(run_dir / files.TOKENIZER / TOKENIZER_JSON, tmp))
+    calibration = getattr(metrics, "calibration", None) or {}
+    meta = {"format": EXPORT_FORMAT, "class_names": class_names, "pad_id": model.config.pad_id,
+            "max_length": model.config.max_length, "temperature": calibration.get("temperature"),
+            "model": model.config.attention, "pe": model.config.pe, "vocab_size": model.config.vocab_size,
+            "run_dir": str(run_dir.resolve()), "opset": OPSET, "versions": library_versions()}
+    files.write_text(out / MODEL_CARD, model_card(run_dir, metrics, meta))
+    files.write_json(out / EXPORT_JSON, meta)
+    sizes = ", ".join(f"{name} {(out / name).stat().st_size / 1e6:.2f} MB" for name in (MODEL_ONNX, MODEL_INT8))
+    log.info(f"exported {run_dir} to {out}: {sizes}")
+    return out
+
+
+def to_onnx(model: TextClassifier, path: Path) -> None:
+    """fp32 ONNX with a dynamic batch and sequence length (up to the longest input the model was trained on)."""
+    wrapper = exportable(model)
+    example = torch.full((2, 8), model.config.pad_id + 1, dtype=torch.long)  # any ids: the shapes are what counts
+    batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens", min=2, max=model.config.max_length)
+    with torch.no_grad():
+        program = torch.onnx.export(wrapper, (example,), dynamo=True, input_names=["input_ids"],
+                                    output_names=["logits"], dynamic_shapes=({0: batch, 1: tokens},),
+                                    opset_version=OPSET, verbose=False)
+    program.save(str(path))
+
+
+def quantize(fp32: Path, path: Path) -> None:
+    """int8 weights of the matrix products (onnxruntime's dynamic quantization), activations quantized per call;
+    the embedding table stays fp32."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # The quantizer logs every tensor it leaves alone on the root logger, which Hydra's runs show at INFO.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
+
+
+def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
+    """What the model is, how well it did on each split, and what it is for."""
+    overrides = run_dir / files.HYDRA / "overrides.yaml"
+    args = yaml.safe_load(overrides.read_text()) if overrides.is_file() else None
+    command = "python -m train " + " ".join(args) if args else "python -m train (defaults; see config.yaml)"
+    splits = "\n".join(f"| {name} | {metrics.splits.get(name, '')} | {split.n_samples} | {split.accuracy:.4f} | "
+                       f"{split.macro_f1:.4f} |" for name, split in (("val", metrics.val), ("test", metrics.test)))
+    temperature = meta["temperature"]
+    calibration = (f"A temperature of {temperature:.3f}, fitted on the validation split, divides the logits before "
+                   "the softmax." if temperature else "None: the probabilities are the softmax of the logits as "
+                   "trained, not calibrated.")
+    return f"""# Model card: {metrics.dataset} text classifier ({meta['model']}, pe={str(meta['pe']).lower()})
+
+## Model
+Token embeddings{' + sinusoidal positional encoding' if meta['pe'] else ''} → one multi-head self-attention layer
+({meta['model']} variant) → the [CLS] vector → MLP, {metrics.params:,} parameters, trained from scratch (no
+pretrained weights) with a {meta['vocab_size']}-token WordPiece tokenizer learned on the training texts. Inputs: up
+to {meta['max_length']} tokens ([CLS] first, [SEP] last); a longer text is cut.
+
+Trained with: `{command}` (seed {metrics.seed}, {metrics.epochs} epochs, on {metrics.device}).
+
+## Data
+{metrics.dataset}: {metrics.train_samples} training texts; classes, in the order of the model's outputs:
+{', '.join(meta['class_names'])}. Splits: train from {metrics.splits.get('train', '')}.
+
+## Metrics
+| split | source | texts | accuracy | macro-F1 |
+|---|---|---|---|---|
+{splits}
+
+## Calibration
+{calibration}
+
+## Intended use and limits
+Classifying texts like its training texts into the classes above. It knows only the words of its training corpus
+(others become [UNK] pieces), reads at most {meta['max_length']} tokens of a text, and always answers with one of its
+classes, even for a text of none of them: check its probabilities, and measure it on your own data before relying on
+it. Not for decisions about people without human review.
+
+## Files
+`{MODEL_ONNX}` (fp32; input `input_ids` int64 (batch, tokens), output `logits` (batch, classes)), `{MODEL_INT8}`
+(int8 weights), `{TOKENIZER_JSON}` (the `tokenizers` library's format), `{EXPORT_JSON}` (class names, [PAD] id
+{meta['pad_id']}, the longest input). Serve it with `python -m predict run_dir={run_dir} backend=onnx` or
+`mha_textclf.serving.ExportedModel` (onnxruntime, tokenizers and numpy; no torch).
+"""

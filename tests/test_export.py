@@ -1,0 +1,224 @@
+"""mha_textclf.export and mha_textclf.serving: a trained run as ONNX (fp32, int8), served without torch."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import REPO, optional, run_split, settings_for, train_in_process
+from mha_textclf.errors import UserError
+from mha_textclf.export import export_run, exportable, to_onnx
+from mha_textclf.inference import load_run
+from mha_textclf.model import TextClassifier
+from mha_textclf.serving import EXPORT_FORMAT, ExportedModel
+from mha_textclf.settings import ExportSettings
+from mha_textclf.tokenizer.encoding import encode
+
+optional("onnxruntime", "export")
+
+
+@pytest.fixture(scope="module")
+def default_run(data_dir, tmp_path_factory):
+    """A bbc-news run at the defaults (the model the int8 promise is about), exported. Read only."""
+    run_dir = tmp_path_factory.mktemp("default-run")
+    train_in_process(run_dir, "model=efficient", "probes.attention=[]", data_dir=data_dir)
+    export_run(ExportSettings(run_dir=str(run_dir)))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def held_out(default_run):
+    return run_split(default_run, "test")
+
+
+def padded_batches(ids: list[np.ndarray], pad_id: int, size: int = 64):
+    """(B, T) int64 batches of `ids`, padded with [PAD] to each batch's longest, as a service would send them."""
+    for start in range(0, len(ids), size):
+        rows = ids[start : start + size]
+        batch = np.full((len(rows), max(map(len, rows))), pad_id, dtype=np.int64)
+        for i, row in enumerate(rows):
+            batch[i, : len(row)] = row
+        yield batch
+
+
+def torch_logits(model: TextClassifier, batches) -> np.ndarray:
+    with torch.no_grad():
+        return np.concatenate([model(torch.from_numpy(b), torch.from_numpy(b == model.config.pad_id)).numpy()
+                               for b in batches])
+
+
+@pytest.mark.slow
+def test_the_export_holds_both_models_the_tokenizer_the_classes_and_a_model_card(default_run):
+    export = default_run / "export"
+    meta = json.loads((export / "export.json").read_text())
+    metrics = json.loads((default_run / "metrics.json").read_text())
+    assert meta["format"] == EXPORT_FORMAT and meta["class_names"] == metrics["class_names"]
+    assert meta["max_length"] == 512 and meta["temperature"] is None  # no calibration measured: none stored
+    assert (export / "tokenizer.json").read_bytes() == (default_run / "tokenizer" / "tokenizer.json").read_bytes()
+    int8, fp32 = (export / "model.int8.onnx").stat().st_size, (export / "model.onnx").stat().st_size
+    assert int8 <= 1_000_000 and int8 < fp32
+    card = (export / "MODEL_CARD.md").read_text()
+    assert f"{metrics['test']['accuracy']:.4f}" in card and f"{metrics['val']['macro_f1']:.4f}" in card
+    assert all(name in card for name in metrics["class_names"])
+
+
+@pytest.mark.slow
+def test_onnx_reads_the_same_token_ids_and_gives_the_same_logits_as_torch_on_the_test_split(default_run, held_out):
+    run, served = load_run(default_run), ExportedModel.load(default_run)
+    ids = served.encode(held_out.texts)
+    expected_ids = encode(run.tokenizer, held_out.texts, run.model.config.max_length)
+    assert all(np.array_equal(a, b) for a, b in zip(ids, expected_ids, strict=True))
+    onnx = np.concatenate([served.logits(ids[s : s + 64]) for s in range(0, len(ids), 64)])
+    expected = torch_logits(run.model, padded_batches(ids, served.pad_id))
+    assert onnx.shape == (1000, 5) and np.abs(onnx - expected).max() <= 1e-4
+
+
+@pytest.mark.slow
+def test_int8_test_accuracy_is_within_0_3_points_of_fp32(default_run, held_out):
+    accuracy = {}
+    for int8 in (False, True):
+        probabilities = ExportedModel.load(default_run, int8=int8).predict_proba(held_out.texts)
+        accuracy[int8] = float((probabilities.argmax(1) == np.asarray(held_out.labels)).mean())
+    metrics = json.loads((default_run / "metrics.json").read_text())
+    assert accuracy[False] == pytest.approx(metrics["test"]["accuracy"], abs=1e-9)  # fp32 is the trained model
+    assert abs(accuracy[True] - accuracy[False]) <= 0.003
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pe", [False, True])
+@pytest.mark.parametrize("variant", ["naive", "efficient", "torch"])
+def test_every_variant_with_and_without_pe_exports_the_function_torch_computes(variant, pe, default_run, held_out,
+                                                                                tmp_path):
+    """The trained weights in each variant (they share one parameterisation), with and without the positional
+    encoding (a buffer, not a weight); batches padded as a service sends them."""
+    import onnxruntime as ort
+
+    trained = load_run(default_run)
+    model = TextClassifier(replace(trained.model.config, attention=variant, pe=pe)).eval()
+    outside = {k: v for k, v in trained.model.state_dict().items() if not k.startswith("attention.")}
+    assert not model.load_state_dict(outside, strict=False).unexpected_keys
+    model.attention.load_projections(trained.model.attention.projections())
+    to_onnx(model, tmp_path / "model.onnx")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids = encode(trained.tokenizer, held_out.texts, model.config.max_length)
+    batches = list(padded_batches(ids, model.config.pad_id))
+    onnx = np.concatenate([session.run(["logits"], {"input_ids": b})[0] for b in batches])
+    expected = torch_logits(model, batches)
+    assert np.abs(onnx - expected).max() <= 1e-4
+    assert len(np.unique(expected.argmax(1))) > 1  # the weights tell texts apart: the comparison means something
+
+
+@pytest.mark.slow
+def test_exporting_leaves_the_model_as_it_computes_in_training_runs(default_run):
+    """exportable() switches off compaction on the model it is given: a fresh load still compacts."""
+    run = load_run(default_run)
+    exportable(run.model)
+    assert not run.model.compact and load_run(default_run).model.compact
+
+
+@pytest.mark.slow
+def test_predict_with_the_onnx_backends_imports_no_torch_and_prints_the_torch_backend_s_table(default_run, held_out,
+                                                                                                 tmp_path):
+    texts = [" ".join(text.split()) for text in held_out.texts[:3]]  # one line each
+    texts_file = tmp_path / "texts.txt"
+    texts_file.write_text("\n".join(texts))
+    out = {}
+    for backend in ("torch", "onnx", "onnx-int8"):
+        # A fresh interpreter: the tests' forked commands preload torch.
+        code = ("import runpy, sys; sys.argv[0] = 'predict'; runpy.run_module('predict', run_name='__main__'); "
+                "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)")
+        args = [f"run_dir={default_run}", f"file={texts_file}", f"out={tmp_path / backend}.csv",
+                f"backend={backend}"]
+        result = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"torch imported: {backend == 'torch'}" in result.stderr
+        out[backend] = pd.read_csv(tmp_path / f"{backend}.csv")
+        assert all(name in result.stdout for name in out[backend]["predicted"])  # the table, printed
+    classes = json.loads((default_run / "export" / "export.json").read_text())["class_names"]
+    assert list(out["onnx"].columns) == list(out["torch"].columns) == ["text", *classes, "predicted"]
+    assert out["onnx"]["text"].tolist() == texts
+    np.testing.assert_allclose(out["onnx"][classes], out["torch"][classes], atol=1e-5)
+    assert out["onnx"]["predicted"].tolist() == out["torch"]["predicted"].tolist()
+    assert out["onnx-int8"]["predicted"].tolist() == out["torch"]["predicted"].tolist()
+    assert not out["torch"]["predicted"].eq(out["torch"]["predicted"][0]).all()  # texts of more than one class
+
+
+BLOCKER = """
+import sys
+from importlib.abc import MetaPathFinder
+BLOCKED = {"torch", "transformers", "datasets", "sklearn", "scipy", "pandas", "hydra", "omegaconf", "matplotlib"}
+class Blocker(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not installed")
+sys.meta_path.insert(0, Blocker())
+from mha_textclf.serving import ExportedModel
+model = ExportedModel.load(__import__("pathlib").Path(sys.argv[1]), int8=True, threads=1)
+print(model.class_names[model.predict_proba(sys.argv[2:]).argmax(1)[0]])
+"""
+
+
+@pytest.mark.slow
+def test_serving_needs_only_onnxruntime_tokenizers_and_numpy(default_run, held_out):
+    result = subprocess.run([sys.executable, "-c", BLOCKER, str(default_run), held_out.texts[0]], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = load_run(default_run)
+    with torch.no_grad():
+        logits = run.model(torch.as_tensor(encode(run.tokenizer, held_out.texts[:1], 512)[0], dtype=torch.long)[None])
+    assert result.stdout.strip() == run.class_names[int(logits.argmax())]
+
+
+@pytest.mark.unit
+def test_a_folder_without_a_finished_model_is_refused_with_what_to_run(tmp_path):
+    with pytest.raises(UserError, match="is not a folder"):
+        export_run(ExportSettings(run_dir=str(tmp_path / "nowhere")))
+    (tmp_path / "status.json").write_text(json.dumps({"state": "interrupted"}))
+    with pytest.raises(UserError, match=r"lacks model.pt, tokenizer, metrics.json: export a run that finished"):
+        export_run(ExportSettings(run_dir=str(tmp_path)))
+
+
+@pytest.mark.unit
+def test_a_run_without_an_export_or_with_another_version_s_says_what_to_run(tmp_path):
+    with pytest.raises(UserError, match=rf"holds no export; make one with: python -m export run_dir={tmp_path}$"):
+        ExportedModel.load(tmp_path)
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "export.json").write_text(json.dumps({"format": "mha-textclf-export/0"}))
+    with pytest.raises(UserError, match=r"format 'mha-textclf-export/0'.*export it again with python -m export"):
+        ExportedModel.load(tmp_path)
+    (tmp_path / "export" / "export.json").write_text(json.dumps({"format": EXPORT_FORMAT}))
+    with pytest.raises(UserError, match=r"lacks model.int8.onnx, tokenizer.json; export it again"):
+        ExportedModel.load(tmp_path, int8=True)
+
+
+@pytest.mark.unit
+def test_an_unknown_backend_and_a_gpu_for_onnx_are_named_before_anything_loads(capsys):
+    from mha_textclf import cli
+
+    with pytest.raises(UserError, match=r"device=cuda: backend=onnx runs on the CPU \(onnxruntime\); leave device "
+                                        r"at cpu, or use backend=torch for a GPU\.$"):
+        settings_for("run_dir=x", "backend=onnx", "device=cuda", app="predict")
+    with pytest.raises(SystemExit) as exited:
+        cli.check_command_line("predict", ["run_dir=x", "backend=tflite"])
+    message = capsys.readouterr().err
+    assert exited.value.code == 2 and "backend=tflite" in message and "onnx-int8" in message
+
+
+@pytest.mark.slow
+def test_the_benchmark_measures_each_backend_in_a_process_of_its_own_side_by_side(default_run):
+    result = subprocess.run([sys.executable, "scripts/benchmark_export.py", str(default_run), "--repeats", "1"],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.strip("|").split("|") for line in result.stdout.splitlines() if line.startswith("| ")][1:]
+    table = {cells[0].strip(): [cell.strip() for cell in cells[1:]] for cells in rows}
+    assert list(table) == ["torch", "onnx", "onnx-int8"]
+    assert table["torch"][4] == "1.00×" and all(float(row[3]) > 0 for row in table.values())  # peak RSS measured
+    metrics = json.loads((default_run / "metrics.json").read_text())
+    assert table["torch"][-1] == table["onnx"][-1] == f"{metrics['test']['accuracy']:.4f}"
+    assert float(table["onnx-int8"][5]) < float(table["onnx"][5])  # the int8 file is the smaller
