@@ -222,3 +222,24 @@ def test_the_benchmark_measures_each_backend_in_a_process_of_its_own_side_by_sid
     metrics = json.loads((default_run / "metrics.json").read_text())
     assert table["torch"][-1] == table["onnx"][-1] == f"{metrics['test']['accuracy']:.4f}"
     assert float(table["onnx-int8"][5]) < float(table["onnx"][5])  # the int8 file is the smaller
+
+
+@pytest.mark.unit
+def test_an_onnxruntime_call_takes_at_most_max_tokens_positions_and_the_rows_keep_their_order(monkeypatch):
+    from mha_textclf import serving
+
+    calls = []
+
+    class Session:
+        def run(self, names, feeds):
+            batch = feeds["input_ids"]
+            calls.append(batch.shape)
+            return [np.stack([batch[:, 0], (batch != 0).sum(1)], axis=1)]  # each row's first id and its length
+
+    monkeypatch.setattr(serving, "MAX_TOKENS", 12)
+    model = ExportedModel(Session(), None, ["a", "b"], pad_id=0, max_length=8, temperature=None)
+    lengths = [3, 5, 2, 8, 4, 4, 1, 6]
+    ids = [np.arange(i + 1, i + 1 + n) for i, n in enumerate(lengths)]
+    logits = model.logits(ids)
+    assert logits[:, 0].tolist() == list(range(1, 9)) and logits[:, 1].tolist() == lengths
+    assert all(b * t <= 12 for b, t in calls) and sum(b for b, _ in calls) == 8 and len(calls) < 8

