@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
              "onnx-int8": run_dir / EXPORT / MODEL_INT8}
     torch_row = rows[0]
     columns = ["backend", "p50 ms (batch 1, 1 thread, 128 tokens)", "p99 ms", "texts/s (batch 64)",
-               "peak RSS MB", "vs torch", "file MB", "test accuracy"]
+               "peak RSS MB", "peak vs torch", "file MB", "test accuracy"]
     table = [[r["backend"], f"{r['p50_ms']:.3f}", f"{r['p99_ms']:.3f}", f"{r['texts_per_second']:.0f}",
               f"{r['peak_rss_mb']:.0f}", f"{r['peak_rss_mb'] / torch_row['peak_rss_mb']:.2f}×",
               f"{sizes[r['backend']].stat().st_size / 1e6:.2f}", f"{r['accuracy']:.4f}"] for r in rows]

@@ -4,7 +4,7 @@
     python -m predict run_dir=outputs/runs/<run> file=texts.txt out=predictions.csv
 
 `main` checks the command line against the schema (PredictSettings), Hydra composes configs/predict.yaml, and
-`mha_textclf.inference.predict` does the work with typed settings.
+`mha_textclf.predictions.predict` does the work with typed settings (backend=onnx: without torch).
 """
 
 from __future__ import annotations

@@ -59,7 +59,9 @@ def test_the_export_holds_both_models_the_tokenizer_the_classes_and_a_model_card
     metrics = json.loads((default_run / "metrics.json").read_text())
     assert meta["format"] == EXPORT_FORMAT and meta["class_names"] == metrics["class_names"]
     assert meta["max_length"] == 512 and meta["temperature"] is None  # no calibration measured: none stored
-    assert (export / "tokenizer.json").read_bytes() == (default_run / "tokenizer" / "tokenizer.json").read_bytes()
+    exported, saved = (json.loads(path.read_text()) for path in (export / "tokenizer.json",
+                                                                  default_run / "tokenizer" / "tokenizer.json"))
+    assert exported["model"] == saved["model"] and exported["normalizer"] == saved["normalizer"]
     int8, fp32 = (export / "model.int8.onnx").stat().st_size, (export / "model.onnx").stat().st_size
     assert int8 <= 1_000_000 and int8 < fp32
     card = (export / "MODEL_CARD.md").read_text()
@@ -114,11 +116,14 @@ def test_every_variant_with_and_without_pe_exports_the_function_torch_computes(v
 
 
 @pytest.mark.slow
-def test_exporting_leaves_the_model_as_it_computes_in_training_runs(default_run):
-    """exportable() switches off compaction on the model it is given: a fresh load still compacts."""
+def test_exporting_leaves_the_model_it_is_given_as_training_runs_compute(default_run):
+    """The exported copy uses the masked computation (a traced graph cannot size tensors by the data) in eval mode;
+    the model given keeps compacting and stays in the mode it was in."""
     run = load_run(default_run)
-    exportable(run.model)
-    assert not run.model.compact and load_run(default_run).model.compact
+    run.model.train()
+    wrapper = exportable(run.model)
+    assert not wrapper.model.compact and not wrapper.model.training
+    assert run.model.compact and run.model.training
 
 
 @pytest.mark.slow
@@ -181,6 +186,11 @@ def test_a_folder_without_a_finished_model_is_refused_with_what_to_run(tmp_path)
         export_run(ExportSettings(run_dir=str(tmp_path / "nowhere")))
     (tmp_path / "status.json").write_text(json.dumps({"state": "interrupted"}))
     with pytest.raises(UserError, match=r"lacks model.pt, tokenizer, metrics.json: export a run that finished"):
+        export_run(ExportSettings(run_dir=str(tmp_path)))
+    for name in ("model.pt", "tokenizer", "metrics.json"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(UserError, match=r"is interrupted, not finished: export a run that finished training\. "
+                                        r"Finish it with the command that started it"):
         export_run(ExportSettings(run_dir=str(tmp_path)))
 
 

@@ -141,7 +141,7 @@ def _train_rules(s: TrainSettings) -> list[str]:
 
 def _predict_rules(s: PredictSettings) -> list[str]:
     found = []
-    if s.backend != "torch" and s.device != "cpu":
+    if s.backend != "torch" and s.device not in ("cpu", "auto"):
         found.append(f"device={s.device}: backend={s.backend} runs on the CPU (onnxruntime); leave device at cpu, "
                      "or use backend=torch for a GPU.")
     text = s.text

@@ -3,8 +3,8 @@ the class names and a model card, in the run's export/ folder. mha_textclf.servi
 
 from __future__ import annotations
 
+import copy
 import logging
-import shutil
 from pathlib import Path
 
 import torch
@@ -26,6 +26,7 @@ from mha_textclf.serving import (
     TOKENIZER_JSON,
 )
 from mha_textclf.settings import ExportSettings
+from mha_textclf.tokenizer.cache import load_tokenizer
 
 log = logging.getLogger("export")
 
@@ -45,9 +46,10 @@ class LogitsFromIds(nn.Module):
 
 
 def exportable(model: TextClassifier) -> LogitsFromIds:
-    """The model in eval mode, with the masked computation: compaction sizes its tensors by the longest text's
-    visible tokens, a number a traced graph cannot hold, and the mask gives the same logits (tests/test_model.py)."""
-    model.eval()
+    """A copy of the model in eval mode, with the masked computation: compaction sizes its tensors by the longest
+    text's visible tokens, a number a traced graph cannot hold, and the mask gives the same logits
+    (tests/test_model.py). The model given keeps computing as training runs do."""
+    model = copy.deepcopy(model).eval()
     model.compact = False
     return LogitsFromIds(model).eval()
 
@@ -70,14 +72,20 @@ def export_run(settings: ExportSettings) -> Path:
     run_dir = Path(settings.run_dir).expanduser()
     check_run(run_dir)
     model, class_names = load_checkpoint(run_dir / files.MODEL, "cpu")
-    metrics = RunMetrics.read(run_dir / files.METRICS)
+    tokenizer = load_tokenizer(run_dir / files.TOKENIZER, model.config.max_length)
+    try:
+        metrics = RunMetrics.read(run_dir / files.METRICS)
+    except (ValueError, TypeError, KeyError) as e:
+        raise UserError(f"{run_dir / files.METRICS} cannot be read ({e}): the run was written by another version; "
+                        "train it again with this one, then export.") from e
     out = run_dir / EXPORT
     out.mkdir(exist_ok=True)
     (out / EXPORT_JSON).unlink(missing_ok=True)  # written last: until then the folder is not an export
     files.write_atomically(out / MODEL_ONNX, lambda tmp: to_onnx(model, tmp))
     files.write_atomically(out / MODEL_INT8, lambda tmp: quantize(out / MODEL_ONNX, tmp))
-    files.write_atomically(out / TOKENIZER_JSON,
-                           lambda tmp: shutil.copyfile(run_dir / files.TOKENIZER / TOKENIZER_JSON, tmp))
+    # The tokenizer as training loaded it (transformers may adjust a saved one on load), in the tokenizers library's
+    # own format: what serving reads without transformers.
+    files.write_text(out / TOKENIZER_JSON, tokenizer.backend_tokenizer.to_str())
     calibration = getattr(metrics, "calibration", None) or {}
     meta = {"format": EXPORT_FORMAT, "class_names": class_names, "pad_id": model.config.pad_id,
             "max_length": model.config.max_length, "temperature": calibration.get("temperature"),
@@ -103,8 +111,9 @@ def to_onnx(model: TextClassifier, path: Path) -> None:
 
 
 def quantize(fp32: Path, path: Path) -> None:
-    """int8 weights of the matrix products (onnxruntime's dynamic quantization), activations quantized per call;
-    the embedding table stays fp32."""
+    """onnxruntime's dynamic quantization: int8 weights for the matrix products with a constant weight (the output
+    projection, the MLP) and the embedding table, activations quantized per call. The key and value projections stay
+    fp32: the exported graph splits their fused weight, so the quantizer does not see a constant."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # The quantizer logs every tensor it leaves alone on the root logger, which Hydra's runs show at INFO.
@@ -121,7 +130,8 @@ def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
     """What the model is, how well it did on each split, and what it is for."""
     overrides = run_dir / files.HYDRA / "overrides.yaml"
     args = yaml.safe_load(overrides.read_text()) if overrides.is_file() else None
-    command = "python -m train " + " ".join(args) if args else "python -m train (defaults; see config.yaml)"
+    command = ("python -m train " + " ".join(args) if args is not None
+               else "python -m train, with the settings in the run's config.yaml")
     splits = "\n".join(f"| {name} | {metrics.splits.get(name, '')} | {split.n_samples} | {split.accuracy:.4f} | "
                        f"{split.macro_f1:.4f} |" for name, split in (("val", metrics.val), ("test", metrics.test)))
     temperature = meta["temperature"]

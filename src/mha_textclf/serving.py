@@ -1,6 +1,6 @@
 """Predictions from an exported run (python -m export) with onnxruntime, tokenizers and numpy alone: no torch, no
 transformers, nothing of the training stack, so that a service or a batch job can load the model in a small install
-(pip install "mha-textclf[serve]")."""
+(`pip install --no-deps -e . && pip install onnxruntime tokenizers numpy`: the serve extra's three packages)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ class ExportedModel:
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as e:
-            raise UserError(f"backend=onnx needs onnxruntime and tokenizers ({e}): pip install -e \".[serve]\"") from e
+            raise UserError(f"backend=onnx needs onnxruntime and tokenizers ({e}): "
+                            "pip install onnxruntime tokenizers") from e
         options = ort.SessionOptions()
         # Without the arena, memory follows the batch at hand instead of keeping the largest batch's high-water mark.
         options.enable_cpu_mem_arena = False
