@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import REPO, optional, run_split, settings_for, train_in_process
+from mha_textclf.data.batches import collate
 from mha_textclf.errors import UserError
 from mha_textclf.export import export_run, exportable, to_onnx
 from mha_textclf.inference import load_run
@@ -46,10 +47,12 @@ def padded_batches(ids: list[np.ndarray], pad_id: int, size: int = 64):
         yield batch
 
 
-def torch_logits(model: TextClassifier, batches) -> np.ndarray:
+def torch_logits(model: TextClassifier, ids: list[np.ndarray], size: int = 64) -> np.ndarray:
+    """The logits training's own batches give (collate: padding masked by each text's length)."""
     with torch.no_grad():
-        return np.concatenate([model(torch.from_numpy(b), torch.from_numpy(b == model.config.pad_id)).numpy()
-                               for b in batches])
+        return np.concatenate([model(batch["input_ids"], batch["padding_mask"]).numpy() for batch in (
+            collate([(row, 0) for row in ids[start : start + size]], model.config.pad_id)
+            for start in range(0, len(ids), size))])
 
 
 @pytest.mark.slow
@@ -71,13 +74,16 @@ def test_the_export_holds_both_models_the_tokenizer_the_classes_and_a_model_card
 
 @pytest.mark.slow
 def test_onnx_reads_the_same_token_ids_and_gives_the_same_logits_as_torch_on_the_test_split(default_run, held_out):
+    """And for texts that hold the literal "[PAD]" (the tokenizer gives its id; training attends to it)."""
     run, served = load_run(default_run), ExportedModel.load(default_run)
-    ids = served.encode(held_out.texts)
-    expected_ids = encode(run.tokenizer, held_out.texts, run.model.config.max_length)
+    texts = [*held_out.texts, "shares [PAD] fell sharply", "[PAD] the striker [PAD] scored [PAD]"]
+    ids = served.encode(texts)
+    expected_ids = encode(run.tokenizer, texts, run.model.config.max_length)
     assert all(np.array_equal(a, b) for a, b in zip(ids, expected_ids, strict=True))
+    assert (ids[-1] == served.pad_id).sum() == 3
     onnx = np.concatenate([served.logits(ids[s : s + 64]) for s in range(0, len(ids), 64)])
-    expected = torch_logits(run.model, padded_batches(ids, served.pad_id))
-    assert onnx.shape == (1000, 5) and np.abs(onnx - expected).max() <= 1e-4
+    expected = torch_logits(run.model, ids)
+    assert onnx.shape == (1002, 5) and np.abs(onnx - expected).max() <= 1e-4
 
 
 @pytest.mark.slow
@@ -110,7 +116,7 @@ def test_every_variant_with_and_without_pe_exports_the_function_torch_computes(v
     ids = encode(trained.tokenizer, held_out.texts, model.config.max_length)
     batches = list(padded_batches(ids, model.config.pad_id))
     onnx = np.concatenate([session.run(["logits"], {"input_ids": b})[0] for b in batches])
-    expected = torch_logits(model, batches)
+    expected = torch_logits(model, ids)
     assert np.abs(onnx - expected).max() <= 1e-4
     assert len(np.unique(expected.argmax(1))) > 1  # the weights tell texts apart: the comparison means something
 

@@ -34,15 +34,20 @@ OPSET = 18
 
 
 class LogitsFromIds(nn.Module):
-    """The classifier as a service calls it: token ids (B, T) in, [PAD] where a batch pads, logits (B, n_classes)
-    out. The padding mask is computed inside, so the exported graph has one input."""
+    """The classifier as a service calls it: token ids (B, T) in, padded on the right with [PAD], logits
+    (B, n_classes) out. The padding mask is computed inside, so the exported graph has one input."""
 
     def __init__(self, model: TextClassifier):
         super().__init__()
         self.model = model
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        return self.model(input_ids, input_ids == self.model.config.pad_id)  # (B, T) -> (B, n_classes)
+        # Padding is what follows a text's last token that is not [PAD], as training's collate masks by length: a
+        # text may hold the literal "[PAD]", which the tokenizer turns into its id, and training attends to it.
+        positions = torch.arange(1, input_ids.size(1) + 1, device=input_ids.device)  # (T,)
+        lengths = ((input_ids != self.model.config.pad_id) * positions).amax(dim=1)  # (B, T) -> (B,)
+        padding_mask = positions[None, :] > lengths[:, None]  # (1, T) vs (B, 1) -> (B, T)
+        return self.model(input_ids, padding_mask)  # (B, T) -> (B, n_classes)
 
 
 def exportable(model: TextClassifier) -> LogitsFromIds:
