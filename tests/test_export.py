@@ -163,10 +163,13 @@ def test_predict_with_the_onnx_backends_imports_no_torch_and_prints_the_torch_ba
 BLOCKER = """
 import sys
 from importlib.abc import MetaPathFinder
-BLOCKED = {"torch", "transformers", "datasets", "sklearn", "scipy", "pandas", "hydra", "omegaconf", "matplotlib"}
+BLOCKED = {"torch", "transformers", "datasets", "sklearn", "scipy", "pandas", "hydra", "omegaconf", "matplotlib",
+           "yaml", "tqdm"}
+ALLOWED = {"mha_textclf", "mha_textclf.serving", "mha_textclf.errors", "mha_textclf.predictions",
+           "mha_textclf.tokenizer", "mha_textclf.tokenizer.prefix"}
 class Blocker(MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
+        if name.split(".")[0] in BLOCKED or (name.startswith("mha_textclf") and name not in ALLOWED):
             raise ImportError(f"{name} is not installed")
 sys.meta_path.insert(0, Blocker())
 from mha_textclf.serving import ExportedModel
