@@ -262,3 +262,26 @@ def test_an_onnxruntime_call_takes_at_most_max_tokens_positions_and_the_rows_kee
     logits = model.logits(ids)
     assert logits[:, 0].tolist() == list(range(1, 9)) and logits[:, 1].tolist() == lengths
     assert all(b * t <= 12 for b, t in calls) and sum(b for b, _ in calls) == 8 and len(calls) < 8
+
+
+@pytest.mark.unit
+def test_a_stored_temperature_divides_the_logits_before_the_softmax_and_keeps_the_predicted_class():
+    logits = np.array([[2.0, 0.0, -1.0], [0.5, 1.5, 0.0]], dtype=np.float32)
+
+    class Session:
+        def run(self, names, feeds):
+            return [logits[: len(feeds["input_ids"])]]
+
+    class Tokenizer:
+        def encode_batch(self, texts):
+            return [type("Encoding", (), {"ids": [2, 5, 3]})() for _ in texts]
+
+    def probabilities(temperature):
+        model = ExportedModel(Session(), Tokenizer(), ["a", "b", "c"], pad_id=0, max_length=8,
+                              temperature=temperature)
+        return model.predict_proba(["one text", "another"])
+
+    plain, calibrated = probabilities(None), probabilities(2.0)
+    expected = np.exp(logits / 2) / np.exp(logits / 2).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(calibrated, expected, rtol=1e-6)
+    assert not np.allclose(plain, calibrated) and (plain.argmax(1) == calibrated.argmax(1)).all()
