@@ -45,12 +45,13 @@ def optional(module: str, extra: str):
     return pytest.importorskip(module, reason=f'the {extra} extra: pip install -e ".[{extra}]"')
 
 
-# Modules by their time in a full run on 2 cores, longest first (seconds: 80, 75, 45, 34, 21, 15, 14, 16, 18, 13,
+# Modules by their time in a full run on 2 cores, longest first (seconds: 80, 75, 45, 20, 34, 21, 15, 14, 16, 18, 13,
 # 10, 8, 9, 9); the rest take a few seconds each. xdist hands whole modules to its workers in collection order
 # (`--no-loadscope-reorder` in pyproject.toml; by default it sorts them by their number of tests), so starting with the
 # longest keeps one worker from running a long module alone at the end while the other waits. The Slurm module goes
 # first: much of its time is Slurm's scheduling and requeue delays, when the other worker has the cores.
-LONGEST_MODULES = ("test_slurm.py", "test_callback.py", "test_export.py", "test_lifecycle.py", "test_end_to_end.py",
+LONGEST_MODULES = ("test_slurm.py", "test_callback.py", "test_export.py", "test_pages.py", "test_lifecycle.py",
+                   "test_end_to_end.py",
                    "test_baseline.py", "test_benchmark.py", "test_tokenizer_cache.py", "test_workers.py",
                    "test_checks.py", "test_study.py", "test_tracking.py", "test_pipeline.py", "test_cli.py")
 

@@ -61,7 +61,8 @@ def test_the_export_holds_both_models_the_tokenizer_the_classes_and_a_model_card
     meta = json.loads((export / "export.json").read_text())
     metrics = json.loads((default_run / "metrics.json").read_text())
     assert meta["format"] == EXPORT_FORMAT and meta["class_names"] == metrics["class_names"]
-    assert meta["max_length"] == 512 and meta["temperature"] is None  # no calibration measured: none stored
+    # The temperature the run fitted on validation, which serving applies as predict's torch backend does.
+    assert meta["max_length"] == 512 and meta["temperature"] == metrics["calibration"]["temperature"]
     exported, saved = (json.loads(path.read_text()) for path in (export / "tokenizer.json",
                                                                   default_run / "tokenizer" / "tokenizer.json"))
     assert exported["model"] == saved["model"] and exported["normalizer"] == saved["normalizer"]
@@ -70,6 +71,7 @@ def test_the_export_holds_both_models_the_tokenizer_the_classes_and_a_model_card
     card = (export / "MODEL_CARD.md").read_text()
     assert f"{metrics['test']['accuracy']:.4f}" in card and f"{metrics['val']['macro_f1']:.4f}" in card
     assert all(name in card for name in metrics["class_names"])
+    assert f"{metrics['calibration']['test']['ece_calibrated']:.4f} with it" in card
 
 
 @pytest.mark.slow

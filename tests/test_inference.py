@@ -46,11 +46,14 @@ def test_predict_cli_prints_and_writes_probabilities_of_the_model(runs, tmp_path
     assert table["text"].tolist() == PROBES
     probabilities = table[run.class_names].to_numpy()
     np.testing.assert_allclose(probabilities.sum(axis=1), 1, atol=1e-5)
-    # The model's own forward pass, one text at a time (no padding involved).
+    # The model's own forward pass, one text at a time (no padding involved), its logits divided by the temperature
+    # the run fitted on validation (metrics.json's).
+    temperature = json.loads((runs[True] / "metrics.json").read_text())["calibration"]["temperature"]
+    assert run.temperature == temperature and abs(temperature - 1) > 0.01  # (so that leaving it out would show)
     for text, row in zip(PROBES, probabilities, strict=True):
         ids = torch.as_tensor(encode(run.tokenizer, [text], 512)[0], dtype=torch.long)[None]
         with torch.no_grad():
-            expected = run.model(ids).softmax(-1)[0].numpy()
+            expected = (run.model(ids) / temperature).softmax(-1)[0].numpy()
         np.testing.assert_allclose(row, expected, atol=1e-6)
     assert table["predicted"].tolist() == [run.class_names[i] for i in probabilities.argmax(axis=1)]
     # The printed table: one row per text, the probability of each class (4 decimals), then the predicted class.
@@ -83,9 +86,14 @@ def test_predict_reads_a_file(runs, tmp_path):
     # Texts of different lengths share a padded batch: each row is still what the model says of its text alone, a
     # long one cut where training cut it (logits_one_by_one: at the model's max_length).
     run = load_run(runs[False])
-    expected = logits_one_by_one(run.model, run.tokenizer, table["text"].tolist()).softmax(-1).numpy()
+    logits = logits_one_by_one(run.model, run.tokenizer, table["text"].tolist())
+    expected = (logits / run.temperature).softmax(-1).numpy()
     np.testing.assert_allclose(table[run.class_names].to_numpy(), expected, atol=1e-6)
     assert table["predicted"].tolist() == [run.class_names[i] for i in expected.argmax(axis=1)]
+    # calibrated=false: the plain softmax, the same predicted classes.
+    plain = predict(settings_for(f"run_dir={runs[False]}", f"file={texts}", "calibrated=false", app="predict"))
+    np.testing.assert_allclose(plain[run.class_names].to_numpy(), logits.softmax(-1).numpy(), atol=1e-6)
+    assert plain["predicted"].tolist() == table["predicted"].tolist()
     with pytest.raises(UserError, match="Nothing to predict"):
         predict(settings_for(f"run_dir={runs[False]}", app="predict"))
     with pytest.raises(UserError, match="does not exist"):
@@ -338,7 +346,7 @@ def test_a_file_of_more_texts_than_one_batch_gets_each_row_for_its_own_text_in_t
                                  app="predict"))
     assert table["text"].tolist() == lines
     run = load_run(runs[True])
-    expected = logits_one_by_one(run.model, run.tokenizer, lines).softmax(-1).numpy()
+    expected = (logits_one_by_one(run.model, run.tokenizer, lines) / run.temperature).softmax(-1).numpy()
     assert np.abs(expected - expected.mean(axis=0)).max() > 1e-4  # (texts the model tells apart)
     np.testing.assert_allclose(table[run.class_names].to_numpy(), expected, atol=1e-6)
     assert table["predicted"].tolist() == [run.class_names[i] for i in expected.argmax(axis=1)]

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from conftest import logits_one_by_one, png_size, require, run_split, settings_for, train_in_process, write_jsonl
 from mha_textclf import pipeline as train_module
 from mha_textclf import training
+from mha_textclf.calibration import expected_calibration_error
 from mha_textclf.data.corpus import load_corpus
 from mha_textclf.inference import load_run
 from mha_textclf.model import TextClassifier
@@ -40,7 +42,8 @@ from run_fakes import SMOKE, history
 CONTRACT = ["config.yaml", "history.csv", "loss_curve.png", "classification_report_val.txt",
             "classification_report_val.json", "classification_report_test.txt", "classification_report_test.json",
             "confusion_matrix_val.png", "confusion_matrix_test.png", "metrics.json", "model.pt", "best.pt", "last.pt",
-            "tokenizer/tokenizer.json", "attention_can_you_can_that.png", "order_probe.json"]
+            "tokenizer/tokenizer.json", "attention_can_you_can_that.png", "order_probe.json", "errors.csv",
+            "reliability.png", "report.html"]
 
 
 class StopAfterBuildingError(Exception):
@@ -65,7 +68,7 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
     missing = [name for name in CONTRACT if not (run_dir / name).is_file()]
     assert not missing, f"missing from the run folder: {missing}"
     # Each figure rendered whole (the shared run renders them; other tests draw theirs without rendering).
-    assert all(min(png_size(path)) > 100 for path in run_dir.glob("*.png")) and len(list(run_dir.glob("*.png"))) == 4
+    assert all(min(png_size(path)) > 100 for path in run_dir.glob("*.png")) and len(list(run_dir.glob("*.png"))) == 5
 
     metrics = RunMetrics.read(run_dir / "metrics.json")
     assert metrics == smoke_run.metrics
@@ -153,6 +156,50 @@ def test_reports_and_confusion_matrices_are_scikit_learns_on_the_split_they_name
     cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
     assert cells == {(i, j): f"{matrix[i, j]:.2f}" for i in ids for j in ids}  # (row, column): its number
     assert ax.get_title().startswith(f"efficient, pe=True on bbc-news: {split} ({len(labels)} texts)\n")
+
+
+@pytest.mark.slow
+def test_errors_csv_and_calibration_are_the_models_own_on_each_split(smoke_run):
+    """Recomputed from model.pt, one text at a time: the temperature minimises validation's negative log-likelihood
+    (checked on a fine grid), ECE before and after it, errors.csv holds exactly the misclassified texts of each split
+    with their calibrated probabilities, and metrics.json names the most confused pairs."""
+    run = load_run(smoke_run.dir)
+    metrics = RunMetrics.read(smoke_run.dir / "metrics.json")
+    data = {split: run_split(smoke_run.dir, split) for split in ("val", "test")}
+    logits = {split: logits_one_by_one(run.model, run.tokenizer, data[split].texts).double() for split in data}
+    labels = {split: torch.tensor(data[split].labels) for split in data}
+
+    temperature = metrics.calibration["temperature"]
+    grid = torch.exp(torch.linspace(np.log(0.05), np.log(20.0), 2001, dtype=torch.float64))
+    losses = torch.stack([F.cross_entropy(logits["val"] / t, labels["val"]) for t in grid])
+    assert F.cross_entropy(logits["val"] / temperature, labels["val"]) <= losses.min() + 1e-4
+    assert abs(temperature - 1) > 0.01  # (so that a temperature left out would show)
+
+    errors = pd.read_csv(smoke_run.dir / "errors.csv", keep_default_na=False)
+    assert list(errors.columns) == ["split", "position", "text", "true", "predicted", "confidence", "runner_up"]
+    assert list(errors["split"]) == sorted(errors["split"], key=["val", "test"].index)  # val first, then test
+    for split in data:
+        probabilities = (logits[split] / temperature).softmax(-1)
+        for name, scaled in (("ece", logits[split].softmax(-1)), ("ece_calibrated", probabilities)):
+            assert metrics.calibration[split][name] == pytest.approx(
+                expected_calibration_error(scaled.numpy(), labels[split].numpy()), abs=1e-4)
+        predicted = probabilities.argmax(-1)
+        wrong = [i for i in range(len(data[split])) if predicted[i] != labels[split][i]]
+        rows = errors[errors["split"] == split]
+        assert sorted(rows["position"]) == wrong and len(wrong) == round((1 - getattr(metrics, split).accuracy)
+                                                                         * len(data[split]))
+        assert list(rows["confidence"]) == sorted(rows["confidence"], reverse=True)  # most confident first
+        for row in rows.itertuples():
+            p = probabilities[row.position]
+            assert row.text == data[split].texts[row.position]
+            assert row.true == run.class_names[data[split].labels[row.position]]
+            assert row.predicted == run.class_names[int(p.argmax())]
+            assert row.confidence == pytest.approx(p.max().item(), abs=1e-4)  # 4 decimals, batched float32
+            assert row.runner_up == run.class_names[int(p.argsort(descending=True)[1])]
+        pairs = Counter((data[split].labels[i], int(predicted[i])) for i in wrong)
+        top = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))[:5]
+        assert getattr(metrics, split).confused == [
+            {"true": run.class_names[t], "predicted": run.class_names[q], "count": n} for (t, q), n in top]
 
 
 @pytest.mark.slow
@@ -590,6 +637,7 @@ def test_a_signal_during_the_final_evaluation_still_writes_the_reports(monkeypat
     assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2  # training itself had finished
     assert RunMetrics.read(tmp_path / "metrics.json") == metrics
     assert (tmp_path / "classification_report_test.txt").exists()
+    assert 'id="state">interrupted<' in (tmp_path / "report.html").read_text()  # its page says so
     assert closed == ["KILLED"]  # a run stopped by a signal, for the loggers
     assert signal.getsignal(signal.SIGINT) is handler  # the run's handler is gone again
 

@@ -54,14 +54,15 @@ def test_summarize_compares_against_the_reference_it_is_given(tmp_path, capsys):
 
 def test_summarize_writes_the_summary_and_each_plot_into_the_folder_and_no_sweep_record(tmp_path, monkeypatch):
     """`python scripts/summarize.py <folder>` writes the same files as the sweep's hook (summary.md, summary.csv,
-    accuracy_vs_time.png, memory.png, loss_curves.png) except sweep.json, which only the sweep itself can measure:
-    each plot into its own file, read back as a PNG."""
+    accuracy_vs_time.png, memory.png, loss_curves.png, summary.html) except sweep.json, which only the sweep itself
+    can measure: each plot into its own file, read back as a PNG; and each run's report.html."""
     for seed in (0, 1):
         fake_run(tmp_path / f"{seed}_run", seed=seed, stages={"fit": {"peak_memory_mb": 600.0}})
     saved = capture_figures(monkeypatch)
     assert load_script("summarize").main([str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
-        "accuracy_vs_time.png", "loss_curves.png", "memory.png", "summary.csv", "summary.md"]
+        "accuracy_vs_time.png", "loss_curves.png", "memory.png", "summary.csv", "summary.html", "summary.md"]
+    assert all((tmp_path / f"{seed}_run" / "report.html").is_file() for seed in (0, 1))
     assert all(min(png_size(tmp_path / name)) > 100 for name in saved)  # rendered, whole
     # Each file holds its own plot.
     assert saved["accuracy_vs_time.png"].axes[0].get_ylabel() == "test accuracy"
@@ -92,7 +93,8 @@ def test_summarize_refuses_a_folder_without_runs_and_a_path_that_is_no_folder(tm
     summarize = load_script("summarize")
     (tmp_path / "empty" / "nested").mkdir(parents=True)
     (tmp_path / "file.txt").write_text("not a folder")
-    for path, message in ((tmp_path / "empty", "no run folders (with metrics.json or .hydra/) below"),
+    for path, message in ((tmp_path / "empty", "no run folders (with metrics.json, config.yaml, error.txt or "
+                                               ".hydra/) below"),
                           (tmp_path / "file.txt", "is not a folder"), (tmp_path / "nowhere", "is not a folder")):
         with pytest.raises(SystemExit) as exit:
             summarize.main([str(path)])

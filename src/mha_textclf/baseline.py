@@ -19,6 +19,7 @@ from sklearn.metrics import log_loss
 from sklearn.svm import LinearSVC
 
 from mha_textclf.data.corpus import Corpus, load_corpus
+from mha_textclf.pages.run import write_run_page
 from mha_textclf.reports import split_report
 from mha_textclf.runs import files
 from mha_textclf.runs.metrics import RunMetrics
@@ -66,6 +67,7 @@ def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
                          vocab_size=len(tokenizer) if tokenizer is not None else None, device="cpu", threads=1,
                          adapted=adapted)
     metrics.write(run_dir / files.METRICS)
+    write_run_page(run_dir)
     log.info(f"{name} seed {settings.seed} on {corpus.name}: val accuracy {metrics.val.accuracy:.4f}  test accuracy "
              f"{metrics.test.accuracy:.4f}  ({result.train_seconds:.1f}s)  ->  {run_dir}")
     return metrics

@@ -288,6 +288,9 @@ def run_job(job: Callable[[Path, Callable[[], None]], T], cfg: DictConfig | None
         if claimed or not (run_dir / files.CONFIG).exists():  # never into a folder that holds another run
             record()
             files.write_text(run_dir / files.ERROR, message + "\n")
+            from mha_textclf.pages.run import write_run_page  # here: a command's mistakes are answered without it
+
+            write_run_page(run_dir)  # again, now with error.txt
 
     try:
         return job(run_dir, record)

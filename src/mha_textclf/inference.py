@@ -14,6 +14,7 @@ from mha_textclf.model import TextClassifier
 from mha_textclf.predictions import check_texts
 from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_checkpoint
+from mha_textclf.runs.metrics import read_metrics
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.encoding import encode
 from mha_textclf.training import resolve_device
@@ -24,6 +25,7 @@ class TrainedRun:
     model: TextClassifier
     tokenizer: object  # a transformers tokenizer
     class_names: list[str]
+    temperature: float | None  # fitted on the run's validation split (metrics.json); None: the run has none
 
 
 def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> TrainedRun:
@@ -38,12 +40,24 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained
     if len(tokenizer) != model.config.vocab_size:
         raise UserError(f"{run_dir / 'tokenizer'} has {len(tokenizer)} tokens but {run_dir / 'model.pt'} was trained "
                         f"with {model.config.vocab_size}; the two files come from different runs.")
-    return TrainedRun(model, tokenizer, class_names)
+    return TrainedRun(model, tokenizer, class_names, run_temperature(run_dir))
+
+
+def run_temperature(run_dir: Path) -> float | None:
+    """The calibration temperature in the run's metrics.json; None for a run without one (older than calibration,
+    or stopped before its reports)."""
+    try:
+        calibration = read_metrics(run_dir).calibration
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return (calibration or {}).get("temperature")
 
 
 @torch.no_grad()
-def predict_proba(model: TextClassifier, tokenizer, texts: list[str], batch_size: int = 64) -> np.ndarray:
-    """Class probabilities (N, n_classes), rows in the order of `texts`."""
+def predict_proba(model: TextClassifier, tokenizer, texts: list[str], batch_size: int = 64,
+                  temperature: float | None = None) -> np.ndarray:
+    """Class probabilities (N, n_classes), rows in the order of `texts`; with a calibration `temperature`, the
+    softmax of the logits divided by it (the most probable class stays the same)."""
     check_texts(texts)
     model.eval()
     device = next(model.parameters()).device
@@ -51,8 +65,8 @@ def predict_proba(model: TextClassifier, tokenizer, texts: list[str], batch_size
     probabilities = []
     for start in range(0, len(ids), batch_size):
         batch = collate([(seq, 0) for seq in ids[start : start + batch_size]], tokenizer.pad_token_id)
-        logits = model(batch["input_ids"].to(device), batch["padding_mask"].to(device))
-        probabilities.append(logits.float().softmax(dim=-1).cpu())
+        logits = model(batch["input_ids"].to(device), batch["padding_mask"].to(device)).float()
+        probabilities.append((logits / (temperature or 1.0)).softmax(dim=-1).cpu())
     return torch.cat(probabilities).numpy()
 
 

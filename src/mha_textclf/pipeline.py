@@ -16,18 +16,30 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from mha_textclf import resolve
+from mha_textclf.calibration import BINS, fit_temperature, reliability, softmax
 from mha_textclf.data.batches import make_loader
 from mha_textclf.data.corpus import Corpus, load_corpus
 from mha_textclf.inference import attention_map, order_probe
 from mha_textclf.inputs import InputCache
 from mha_textclf.memory import peak_memory_mb, reset_peak_memory
 from mha_textclf.model import ModelConfig, TextClassifier
-from mha_textclf.reports import plot_attention, plot_loss_curve, slug, split_report, time_to_accuracy
+from mha_textclf.pages.run import write_run_page
+from mha_textclf.reports import (
+    error_rows,
+    plot_attention,
+    plot_loss_curve,
+    plot_reliability,
+    slug,
+    split_report,
+    time_to_accuracy,
+    write_errors,
+)
 from mha_textclf.resolve import Resolved
 from mha_textclf.runs import files, lifecycle
 from mha_textclf.runs.checkpoint import save_checkpoint
@@ -76,9 +88,11 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
             interrupted = isinstance(e, KeyboardInterrupt | SystemExit)
             lifecycle.mark(run_dir, lifecycle.INTERRUPTED if interrupted else lifecycle.FAILED,
                             message=f"{type(e).__name__}: {e}")
+            write_run_page(run_dir)  # what the run has, and its state
             raise
         lifecycle.mark(run_dir, lifecycle.INTERRUPTED if metrics.interrupted_by else lifecycle.FINISHED,
                         epochs_done=metrics.epochs, interrupted_by=metrics.interrupted_by)
+        write_run_page(run_dir)
     stop.pass_on()  # under Slurm, submitit's handler of the preemption signal requeues the job and exits
     return metrics
 
@@ -297,12 +311,14 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
     if history:
         figure = plot_loss_curve(history, title=_title(settings), reported_epoch=result.reported_epoch)
         files.write_figure(run_dir / files.LOSS_CURVE, figure, dpi=120)
-    splits = {}
+    splits, evaluations = {}, {}
     source = f"{settings.model.attention}, pe={settings.pe} on {corpus.name}"
     for split in ("val", "test"):
-        evaluation = evaluate(model, loaders[split], device, settings.trainer.precision, class_weights)
+        evaluation = evaluations[split] = evaluate(model, loaders[split], device, settings.trainer.precision,
+                                                   class_weights)
         splits[split] = split_report(run_dir, split, evaluation.labels, evaluation.predictions, evaluation.loss,
                                      corpus.class_names, source)
+    calibration = calibrate(run_dir, evaluations, corpus, _title(settings))
     train_seconds = sum(row["train_seconds"] for row in history)
     metrics = RunMetrics(
         model=settings.model.attention, pe=settings.pe, seed=settings.seed, dataset=corpus.name,
@@ -314,10 +330,33 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
         tokens_per_second=sum(row["train_tokens"] for row in history) / train_seconds if history else None,
         vocab_size=model.config.vocab_size, device=str(device), threads=torch.get_num_threads(),
         time_to_accuracy=time_to_accuracy(history, settings.time_to_accuracy),
-        stages=dict(stage_record or {}), unk_rate=dict(unk_rate or {}),
+        stages=dict(stage_record or {}), unk_rate=dict(unk_rate or {}), calibration=calibration,
         adapted=dict(adapted or {}))
     metrics.write(run_dir / files.METRICS)
     return metrics
+
+
+def calibrate(run_dir: Path, evaluations: dict, corpus: Corpus, title: str) -> dict:
+    """Fit the temperature on validation (calibration.py), measure the expected calibration error of each split
+    before and after it, draw the reliability diagram, and write errors.csv with the calibrated probabilities that
+    predict shows; return metrics.json's `calibration`."""
+    temperature = fit_temperature(evaluations["val"].logits, np.asarray(evaluations["val"].labels))
+    # The temperature unrounded: predict divides by exactly the number that made errors.csv's probabilities.
+    calibration, diagrams, rows = {"temperature": temperature, "bins": BINS}, {}, []
+    for split, evaluation in evaluations.items():
+        labels = np.asarray(evaluation.labels)
+        before = reliability(softmax(evaluation.logits), labels)
+        after = reliability(probabilities := softmax(evaluation.logits, temperature), labels)
+        calibration[split] = {"ece": round(before.ece, 4), "ece_calibrated": round(after.ece, 4)}
+        diagrams[split] = before, after
+        rows += error_rows(split, evaluation.positions, evaluation.labels, probabilities,
+                           getattr(corpus, split).texts, corpus.class_names)
+    write_errors(run_dir / files.ERRORS, rows)
+    files.write_figure(run_dir / files.RELIABILITY, plot_reliability(diagrams, temperature, title), dpi=110)
+    log.info(f"calibration: temperature {temperature:.3f}; ECE " + ", ".join(
+        f"{split} {c['ece']:.4f} -> {c['ece_calibrated']:.4f}" for split, c in calibration.items()
+        if isinstance(c, dict)))
+    return calibration
 
 
 def write_probes(settings: TrainSettings, run_dir: Path, model: TextClassifier, tokenizer,

@@ -66,12 +66,20 @@ def predict(settings: PredictSettings) -> pd.DataFrame:
         from mha_textclf.inference import load_run, predict_proba  # here: the ONNX backends never import torch
 
         run = load_run(settings.run_dir, settings.device)
-        probabilities, class_names = predict_proba(run.model, run.tokenizer, texts), run.class_names
+        temperature = run.temperature if settings.calibrated else None
+        probabilities = predict_proba(run.model, run.tokenizer, texts, temperature=temperature)
+        class_names = run.class_names
     else:
         from mha_textclf.serving import ExportedModel
 
         model = ExportedModel.load(Path(settings.run_dir), int8=settings.backend == "onnx-int8")
+        if not settings.calibrated:
+            model.temperature = None
+        temperature = model.temperature
         probabilities, class_names = model.predict_proba(texts), model.class_names
+    if temperature:
+        log.info(f"logits divided by the run's calibration temperature {temperature:.3f} before the softmax "
+                 "(calibrated=false: without)")
     table = probability_table(texts, probabilities, class_names)
     if settings.out is not None:
         table.to_csv(settings.out, index=False)

@@ -1,9 +1,10 @@
-"""What a run reports besides its numbers: classification reports and confusion matrices per split, the loss curve,
-attention heatmaps, and how fast it reached each validation accuracy. (The run folder's files and metrics.json are
-runs/'s.)"""
+"""What a run reports besides its numbers: classification reports and confusion matrices per split, the texts it gets
+wrong, the reliability diagram, the loss curve, attention heatmaps, and how fast it reached each validation accuracy.
+(The run folder's files and metrics.json are runs/'s; the numbers of calibration are calibration.py's.)"""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -14,8 +15,11 @@ from matplotlib.figure import Figure  # the object API: no pyplot global state, 
 from matplotlib.ticker import MaxNLocator
 from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classification_report, f1_score
 
+from mha_textclf.calibration import Reliability
 from mha_textclf.runs import files
 from mha_textclf.runs.metrics import SplitMetrics
+
+CONFUSED_PAIRS = 5  # metrics.json names this many of each split's most confused pairs
 
 
 def time_to_accuracy(history: list[dict], levels: list[float]) -> dict[str, float | None]:
@@ -42,7 +46,71 @@ def split_report(run_dir: Path, split: str, labels: list[int], predictions: list
     files.write_figure(run_dir / files.confusion_matrix(split), figure, dpi=120)
     return SplitMetrics(accuracy=float(accuracy_score(labels, predictions)),
                         macro_f1=float(f1_score(labels, predictions, labels=ids, average="macro", zero_division=0)),
-                        loss=loss, n_samples=len(labels))
+                        loss=loss, n_samples=len(labels), confused=confused_pairs(labels, predictions, class_names))
+
+
+def confused_pairs(labels: list[int], predictions: list[int], class_names: list[str],
+                   top: int = CONFUSED_PAIRS) -> list[dict]:
+    """The (true, predicted) pairs of different classes with the most texts, most first (ties by class order)."""
+    counts: dict[tuple[int, int], int] = {}
+    for true, predicted in zip(labels, predictions, strict=True):
+        if true != predicted:
+            counts[true, predicted] = counts.get((true, predicted), 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]
+    return [{"true": class_names[t], "predicted": class_names[p], "count": n} for (t, p), n in ranked]
+
+
+def error_rows(split: str, positions: list[int], labels: list[int], probabilities: np.ndarray, texts: list[str],
+               class_names: list[str]) -> list[dict]:
+    """errors.csv's rows for one split: every text whose most probable class is not its own, most confident first.
+    `positions[i]` is the split's text number of row i of `labels` and `probabilities`."""
+    order = np.argsort(-probabilities, axis=1, kind="stable")  # (N, C) classes from most to least probable
+    rows = []
+    for i, (position, true) in enumerate(zip(positions, labels, strict=True)):
+        predicted = int(order[i, 0])
+        if predicted == true:
+            continue
+        runner_up = class_names[order[i, 1]] if probabilities.shape[1] > 1 else ""
+        rows.append({"split": split, "position": position, "text": texts[position], "true": class_names[true],
+                     "predicted": class_names[predicted], "confidence": round(float(probabilities[i, predicted]), 4),
+                     "runner_up": runner_up})
+    return sorted(rows, key=lambda row: (-row["confidence"], row["position"]))
+
+
+def write_errors(path: Path, rows: list[dict]) -> None:
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=files.ERROR_COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    files.write_atomically(path, write)
+
+
+def plot_reliability(diagrams: dict[str, tuple[Reliability, Reliability]], temperature: float,
+                     title: str = "") -> Figure:
+    """One panel per split: each bin's accuracy against its mean confidence, before and after the temperature, on
+    the diagonal a calibrated model would follow; the bars under it count the texts per bin."""
+    fig = Figure(figsize=(4.2 * len(diagrams) + 0.6, 4.6), layout="constrained")
+    axes = fig.subplots(2, len(diagrams), squeeze=False, height_ratios=[3, 1], sharex=True)
+    for column, (split, (before, after)) in enumerate(diagrams.items()):
+        ax, counts = axes[0, column], axes[1, column]
+        ax.plot([0, 1], [0, 1], color="gray", linestyle=":", label="calibrated")
+        for diagram, name, colour in ((before, f"T=1: ECE {before.ece:.3f}", "tab:red"),
+                                      (after, f"T={temperature:.2f}: ECE {after.ece:.3f}", "tab:blue")):
+            filled = diagram.counts > 0
+            ax.plot(diagram.confidence[filled], diagram.accuracy[filled], marker="o", color=colour, label=name)
+        centres = (before.edges[:-1] + before.edges[1:]) / 2
+        width = before.edges[1] - before.edges[0]
+        counts.bar(centres, before.counts, width=width * 0.9, color="tab:red", alpha=0.5)
+        counts.bar(centres, after.counts, width=width * 0.45, color="tab:blue", alpha=0.7)
+        ax.set(xlim=(0, 1), ylim=(0, 1.02), title=f"{split} ({int(before.counts.sum())} texts)",
+               ylabel="accuracy" if column == 0 else None)
+        counts.set(xlabel="confidence (top probability)", ylabel="texts" if column == 0 else None)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title or "reliability: accuracy per confidence bin")
+    return fig
 
 
 def plot_confusion_matrix(labels: list[int], predictions: list[int], class_names: list[str],

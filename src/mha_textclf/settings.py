@@ -292,6 +292,9 @@ class PredictSettings:
     backend: str = setting("torch", "torch: the run's model.pt; onnx | onnx-int8: the run's export/ folder "
                                     "(python -m export), which needs neither torch nor the training stack",
                            choices=BACKENDS)
+    calibrated: bool = setting(True, "divide the logits by the temperature the run fitted on its validation split "
+                                     "(metrics.json: calibration.temperature) before the softmax; false: the plain "
+                                     "softmax. The predicted class is the same either way")
 
 
 @dataclass

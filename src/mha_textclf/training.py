@@ -51,6 +51,8 @@ class Evaluation:
     loss: float
     labels: list[int]
     predictions: list[int]
+    logits: np.ndarray  # (N, C), float32, rows in the order of `labels`
+    positions: list[int]  # row i is the split's text number positions[i] (an evaluation loader may sort by length)
 
     @property
     def accuracy(self) -> float:
@@ -77,11 +79,11 @@ def balanced_class_weights(labels: list[int], n_classes: int) -> torch.Tensor:
 @torch.inference_mode()  # no autograd bookkeeping at all, not just no gradients
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precision: str = "fp32",
              class_weights: torch.Tensor | None = None) -> Evaluation:
-    """Mean cross-entropy (class-weighted, when weights are given, as in training), with labels and argmax
-    predictions in loader order."""
+    """Mean cross-entropy (class-weighted, when weights are given, as in training), with labels, argmax predictions
+    and logits in the order of an (unshuffled) evaluation loader, and where each row's text is in its split."""
     model.eval()
     weights = None if class_weights is None else class_weights.to(device)
-    total_loss, total_weight, labels, predictions = 0.0, 0.0, [], []
+    total_loss, total_weight, labels, predictions, all_logits = 0.0, 0.0, [], [], []
     for batch in loader:
         batch = _to(batch, device)
         with autocast(device, precision):
@@ -91,7 +93,10 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precisi
         total_weight += len(batch["labels"]) if weights is None else weights[batch["labels"]].sum().item()
         labels += batch["labels"].tolist()
         predictions += logits.argmax(-1).tolist()
-    return Evaluation(total_loss / max(total_weight, 1e-12), labels, predictions)
+        all_logits.append(logits.detach().cpu())
+    positions = [i for batch in loader.batch_sampler for i in batch]  # sequential, or sorted by length
+    logits = torch.cat(all_logits).numpy() if all_logits else np.zeros((0, 0), dtype=np.float32)
+    return Evaluation(total_loss / max(total_weight, 1e-12), labels, predictions, logits, positions)
 
 
 class DivergenceError(UserError):

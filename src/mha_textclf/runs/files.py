@@ -36,12 +36,15 @@ LAST = "last.pt"
 TOKENIZER = "tokenizer"
 ORDER_PROBE = "order_probe.json"
 LOSS_CURVE = "loss_curve.png"
+ERRORS = "errors.csv"
+RELIABILITY = "reliability.png"
+REPORT_PAGE = "report.html"
 JOB = "job.json"
 ERROR = "error.txt"
 LOCK = ".lock"
 # A sweep folder's own files, beside its run folders.
 SWEEP = "sweep.json"
-SUMMARY_CSV, SUMMARY_MD = "summary.csv", "summary.md"
+SUMMARY_CSV, SUMMARY_MD, SUMMARY_PAGE = "summary.csv", "summary.md", "summary.html"
 
 
 def classification_report(split: str, suffix: str) -> str:
@@ -60,6 +63,11 @@ def attention_map(slug: str) -> str:
 # elapsed_train_seconds adds up the training passes so far.
 HISTORY_COLUMNS = ["epoch", "train_loss", "val_loss", "val_accuracy", "lr", "train_seconds", "eval_seconds",
                    "elapsed_train_seconds", "train_tokens"]
+
+# errors.csv: `position` is the text's number in its split (0-based, the split's own order); `confidence` is the
+# predicted class's probability and `runner_up` the next most probable class, both after the calibration temperature,
+# as predict shows them.
+ERROR_COLUMNS = ["split", "position", "text", "true", "predicted", "confidence", "runner_up"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,9 @@ RUN_FOLDER = (
             "model, for val and for test (evaluated once, at the end)", "classification_report_*"),
     RunFile(confusion_matrix("<split>"), "rows: true class, normalised; titled with the model and the dataset",
             "confusion_matrix_*"),
+    RunFile(ERRORS, "one row per misclassified validation and test text, most confident mistakes first: "
+            f"{', '.join(ERROR_COLUMNS)}", ERRORS),
+    RunFile(RELIABILITY, "the reliability diagram of val and test, before and after the temperature", RELIABILITY),
     RunFile(METRICS, "what the run measured (see below)", METRICS),
     RunFile(MODEL, "the reported model (trainer.final_weights: the last finished epoch by default; metrics.json: "
             "reported_epoch): state dict + model config + class names (loads with weights_only=True)", MODEL),
@@ -93,6 +104,8 @@ RUN_FOLDER = (
     RunFile(f"{TOKENIZER}/", "the exact tokenizer the run used (tokenizer.json, ...)", TOKENIZER),
     RunFile("tensorboard/", "with logger=tensorboard: the event files (logger.tensorboard.subdir)", "tensorboard"),
     RunFile(attention_map("<slug>"), "one heatmap per head + the mean, for each probe sentence", "attention_*.png"),
+    RunFile(REPORT_PAGE, "the run on one page (open it in a browser): its state, headline metrics, loss curves, "
+            "per-class scores, confusion matrices, reliability, worst errors, probes and settings", REPORT_PAGE),
     RunFile(JOB, "only in a sweep: the job's wall time, host and process", None),
     RunFile(f"{EXPORT}/", "only after python -m export: model.onnx, model.int8.onnx, tokenizer.json, export.json, "
             "MODEL_CARD.md (docs/predict.md)", EXPORT),

@@ -13,7 +13,9 @@ from typing import Any
 
 from mha_textclf.runs.files import METRICS, write_json
 
-METRICS_FORMAT = "mha-textclf-metrics/2"  # /2: dataset, splits, train_samples, stages, time_to_accuracy
+METRICS_FORMAT = "mha-textclf-metrics/3"  # /3: each split's confused pairs, calibration
+# /2 (dataset, splits, train_samples, stages, time_to_accuracy) reads as /3 without what /3 added.
+READABLE_FORMATS = ("mha-textclf-metrics/2", METRICS_FORMAT)
 
 
 def about(meaning: str, **kwargs: Any) -> Any:
@@ -27,6 +29,8 @@ class SplitMetrics:
     macro_f1: float = about("F1 averaged over every class of the training split, one a small split lacks included")
     loss: float | None = about("mean cross-entropy; null for a classifier without probabilities")
     n_samples: int = about("the split's texts")
+    confused: list[dict] = about("the most confused pairs of classes, most texts first (at most 5): "
+                                 "{true, predicted, count}", default_factory=list)
 
 
 @dataclass
@@ -68,6 +72,10 @@ class RunMetrics:
         "that are [UNK]; empty for a baseline", default_factory=dict)
     reported_epoch: int | None = about("the epoch whose weights model.pt holds and val/test describe "
                                        "(trainer.final_weights)", default=None)
+    calibration: dict | None = about(
+        "the temperature fitted on the validation split (predict divides the logits by it) and, per split, the "
+        "expected calibration error (15 equal-width confidence bins) before (ece) and after (ece_calibrated): "
+        "{temperature, bins, val: {ece, ece_calibrated}, test: {...}}; null for a baseline", default=None)
     adapted: dict[str, str] = about("settings left null that the run decided from its corpus: "
                                     "{key: \"value: why\"}", default_factory=dict)
     finished_at: str = about("when the reports were written",
@@ -82,7 +90,7 @@ class RunMetrics:
     @classmethod
     def read(cls, path: Path) -> RunMetrics:
         data = json.loads(Path(path).read_text())
-        if not isinstance(data, dict) or data.get("format") != METRICS_FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
             raise ValueError(f"{path} is not a {METRICS_FORMAT} file (written by an older version?)")
         return cls(**data | {split: SplitMetrics(**data[split]) for split in ("val", "test")})
 

@@ -4,7 +4,7 @@ run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,30 +19,46 @@ from mha_textclf.sweeps.collect import (
     setting_columns,
     time_columns,
 )
-from mha_textclf.sweeps.compare import RULES, accuracy_verdict, paired_t, speed_ratio, speed_verdict
+from mha_textclf.sweeps.compare import (
+    RULES,
+    Interval,
+    accuracy_verdict,
+    paired_t,
+    speed_ratio,
+    speed_verdict,
+)
 from mha_textclf.sweeps.record import JobRecord, SweepRecord
 
 REFERENCE = "efficient"  # what the other variants are compared against, when the sweep has it
 
 
-def summary_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, reference: str = REFERENCE) -> str:
-    parts = ["# Sweep summary", "", _overview(runs), ""]
-    if not groups.empty:
-        for dataset in groups["dataset"].drop_duplicates():
-            parts += answer_markdown(folder, runs, groups, dataset, reference)
+def answers(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, reference: str = REFERENCE) -> list[Answer]:
+    """The answer for each dataset of the sweep, in the order the groups list them: what summary.md and summary.html
+    both show."""
+    if groups.empty:
+        return []
+    return [answer(folder, runs, groups, dataset, reference) for dataset in groups["dataset"].drop_duplicates()]
+
+
+def summary_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, reference: str = REFERENCE,
+                     found: list[Answer] | None = None) -> str:
+    """summary.md; `found`: the answers (`answers`), where the caller has them already."""
+    parts = ["# Sweep summary", "", overview(runs), ""]
+    for each in answers(folder, runs, groups, reference) if found is None else found:
+        parts += answer_markdown(each)
     parts += sweep_markdown(folder, runs)
     if not groups.empty:
-        readable = _readable_groups(groups, setting_columns(runs))
+        readable = readable_groups(groups, setting_columns(runs))
         parts += ["## By dataset, model, pe and varying settings: every metric (mean ± std over runs)", "",
                   markdown_table(readable), ""]
-    parts += ["## Runs", "", markdown_table(_readable_runs(runs)), ""]
+    parts += ["## Runs", "", markdown_table(readable_runs(runs)), ""]
     failed = runs[runs["status"] == "failed"]
     if not failed.empty:
         parts += ["## Failed runs", ""] + [f"- `{r.run_dir}`: {r.error}" for r in failed.itertuples()] + [""]
     return "\n".join(parts)
 
 
-def _overview(runs: pd.DataFrame) -> str:
+def overview(runs: pd.DataFrame) -> str:
     counts = runs["status"].value_counts()
     states = ", ".join(f"{counts[s]} {s}" for s in ("ok", "interrupted", "failed") if s in counts)
     return (f"{len(runs)} runs ({states}). The answer first, then the sweep's own times, every metric by group, and "
@@ -87,6 +103,8 @@ class Answer:
     why: str  # why that one
     against: pd.DataFrame | None  # each other variant against the reference, paired over shared seeds
     pe: pd.DataFrame | None  # pe=True against pe=False, paired over shared seeds
+    # The epoch-time ratio of each row of `against` and of `pe`, as numbers: (comparison, variant, ratio).
+    ratios: list[tuple[str, str, Interval]] = field(default_factory=list)
 
 
 def answer(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
@@ -112,7 +130,7 @@ def answer(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
     done = finished(runs)
     done = done[done["dataset"] == dataset]
     models = list(dict.fromkeys(table.loc[table["pe"] != NO_PE, "model"]))
-    ref, why, against = None, "", None
+    ref, why, against, ratios = None, "", None, []
     if len(models) > 1:
         ref = reference if reference in models else _fastest_model(table)
         why = ("the reference" if ref == reference else
@@ -123,8 +141,11 @@ def answer(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
             if model == ref:
                 continue
             base = _select(done, ref, pe, settings, rest)
-            paired.append(_variant_label({"model": model, "pe": pe, **dict(zip(settings, rest, strict=True))},
-                                         settings) | _paired(folder, variant, base))
+            label = _variant_label({"model": model, "pe": pe, **dict(zip(settings, rest, strict=True))}, settings)
+            cells, ratio = _paired(folder, variant, base)
+            paired.append(label | cells)
+            if ratio is not None:
+                ratios.append((f"against {ref}", _label_text(label), ratio))
         against = pd.DataFrame(paired)
     pe_rows = []
     for key, variant in _variants(done, settings):
@@ -133,33 +154,51 @@ def answer(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
             continue
         base = _select(done, model, PE_TEXT[False], settings, rest)
         if not base.empty:
-            pe_rows.append(_variant_label({"model": model, "pe": "True vs False",
-                                           **dict(zip(settings, rest, strict=True))}, settings)
-                           | _paired(folder, variant, base))
+            label = _variant_label({"model": model, "pe": "True vs False", **dict(zip(settings, rest, strict=True))},
+                                   settings)
+            cells, ratio = _paired(folder, variant, base)
+            pe_rows.append(label | cells)
+            if ratio is not None:
+                ratios.append(("pe=True against pe=False", _label_text(label), ratio))
     return Answer(dataset, pd.DataFrame(rows), bool((table["runs"] > table["seeds"]).any()),
-                  _memory_note(folder, runs), ref, why, against, pd.DataFrame(pe_rows) if pe_rows else None)
+                  _memory_note(folder, runs), ref, why, against, pd.DataFrame(pe_rows) if pe_rows else None, ratios)
 
 
-def answer_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
-                    reference: str = REFERENCE) -> list[str]:
+def _label_text(label: dict[str, str]) -> str:
+    """A variant's label as one line: `naive, pe=True, trainer.lr=0.001`."""
+    model, pe, *rest = label.items()
+    return ", ".join([model[1], f"pe={pe[1]}", *(f"{k}={v}" for k, v in rest)])
+
+
+# The sentences around the answer's tables, shared by summary.md and summary.html.
+VARIANTS_NOTE = ("Each variant over its runs: mean ± std over the runs (no ± for a single run); `seeds` counts "
+                 "distinct seeds, and runs beyond them are repeats of a seed. Epoch time is the median training epoch "
+                 "(validation excluded); times and tokens/s are relative to the fastest variant on this dataset.")
+REPEATS_NOTE = ("Some variants ran a seed more than once: their ± is the spread between repeats (timing, "
+                "non-determinism), not between seeds.")
+PE_HEADING = "pe=True against pe=False, paired over shared seeds"
+
+
+def against_heading(found: Answer) -> str:
+    return f"Against {found.reference} ({found.why}), paired over shared seeds"
+
+
+def against_note(found: Answer) -> str:
+    ref = found.reference
+    return (f"Each row: the variant against {ref} with the same pe and settings; a ratio above 1 means more seconds "
+            f"per epoch than {ref}.")
+
+
+def answer_markdown(found: Answer) -> list[str]:
     """The answer for one dataset (`answer`) as summary.md shows it."""
-    found = answer(folder, runs, groups, dataset, reference)
-    parts = [f"## The answer: {dataset}", "",
-             "Each variant over its runs: mean ± std over the runs (no ± for a single run); `seeds` counts distinct "
-             "seeds, and runs beyond them are repeats of a seed. Epoch time is the median training epoch (validation "
-             "excluded); times and tokens/s are relative to the fastest variant on this dataset.", "",
-             markdown_table(found.variants), ""]
+    parts = [f"## The answer: {found.dataset}", "", VARIANTS_NOTE, "", markdown_table(found.variants), ""]
     if found.repeats:
-        parts += ["Some variants ran a seed more than once: their ± is the spread between repeats (timing, "
-                  "non-determinism), not between seeds.", ""]
+        parts += [REPEATS_NOTE, ""]
     parts += [found.memory_note, ""]
     if found.against is not None:
-        ref = found.reference
-        parts += [f"### Against {ref} ({found.why}), paired over shared seeds", "",
-                  f"Each row: the variant against {ref} with the same pe and settings; a ratio above 1 means more "
-                  f"seconds per epoch than {ref}.", "", markdown_table(found.against), ""]
+        parts += [f"### {against_heading(found)}", "", against_note(found), "", markdown_table(found.against), ""]
     if found.pe is not None:
-        parts += ["### pe=True against pe=False, paired over shared seeds", "", markdown_table(found.pe), ""]
+        parts += [f"### {PE_HEADING}", "", markdown_table(found.pe), ""]
     if found.against is not None or found.pe is not None:
         parts += [f"How to read the comparisons: {RULES}", ""]
     return parts
@@ -182,12 +221,13 @@ def _select(done: pd.DataFrame, model: str, pe: str, settings: list[str], values
     return done[mask]
 
 
-def _paired(folder: Path, variant: pd.DataFrame, reference: pd.DataFrame) -> dict[str, str]:
-    """The verdicts of `variant` against `reference` over the seeds both have (a seed's repeats pooled or averaged)."""
+def _paired(folder: Path, variant: pd.DataFrame, reference: pd.DataFrame) -> tuple[dict[str, str], Interval | None]:
+    """The verdicts of `variant` against `reference` over the seeds both have (a seed's repeats pooled or averaged),
+    and the epoch-time ratio they state (None without a shared seed)."""
     shared = sorted(set(variant["seed"]) & set(reference["seed"]))
     if not shared:
         return {"shared seeds": "0", "epoch time": "no shared seed: nothing to pair", "val accuracy": "",
-                "test accuracy": ""}
+                "test accuracy": ""}, None
 
     def epochs(runs: pd.DataFrame, seed) -> np.ndarray:  # every epoch of the seed's runs, repeats pooled
         return np.concatenate([epoch_seconds(folder / d) for d in runs.loc[runs["seed"] == seed, "run_dir"]])
@@ -201,7 +241,7 @@ def _paired(folder: Path, variant: pd.DataFrame, reference: pd.DataFrame) -> dic
         differences = (accuracy(variant, split) - accuracy(reference, split))[shared]
         n_articles = float(pd.concat([variant, reference])[f"{split}_samples"].mean())
         cells[f"{split} accuracy"] = accuracy_verdict(paired_t(differences.tolist()), n_articles)
-    return cells
+    return cells, ratio
 
 
 def _memory_note(folder: Path, runs: pd.DataFrame) -> str:
@@ -249,7 +289,7 @@ def sweep_markdown(folder: Path, runs: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
+def readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     def pm(metric: str, fmt: str) -> pd.Series:
         return pd.Series([_pm(m, s, fmt) for m, s in zip(groups[f"{metric}_mean"], groups[f"{metric}_std"],
                                                            strict=True)])
@@ -278,7 +318,7 @@ def _readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     })
 
 
-def _readable_runs(runs: pd.DataFrame) -> pd.DataFrame:
+def readable_runs(runs: pd.DataFrame) -> pd.DataFrame:
     shown = runs.drop(columns=["error", "val_samples", "test_samples"]).copy()
     if shown["peak_cuda_mb"].isna().all():
         shown = shown.drop(columns=["peak_cuda_mb"])

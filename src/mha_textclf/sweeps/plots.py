@@ -1,5 +1,6 @@
-"""A sweep's plots: loss curves per variant with the seed spread, accuracy against training time, peak memory. One
-colour per model, one marker per pe, in every figure."""
+"""A sweep's plots: loss curves per variant with the seed spread, accuracy against training time, peak memory, and
+for its page the epoch-time ratios with their intervals and each seed's accuracy. One colour per model, one marker
+per pe, in every figure."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 from mha_textclf.reports import whole_epochs
 from mha_textclf.runs import files
 from mha_textclf.sweeps.collect import PE_TEXT, finished, setting_columns
+from mha_textclf.sweeps.compare import Interval
 
 # Plots. One colour per model, one marker per pe, in every figure; labels name the variant and pe.
 PE_MARKERS = {PE_TEXT[True]: "o", PE_TEXT[False]: "s"}
@@ -176,4 +178,63 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
                 axes[0].fill_between([], [], [], color="k", alpha=0.2, label="lowest to highest run")]
     fig.legend(handles=handles, loc="outside right center", fontsize=8)
     fig.suptitle("loss per epoch: the mean over each variant's runs, and their spread")
+    return fig
+
+
+def plot_speed_ratios(ratios: list[tuple[str, str, Interval]], dataset: str = "") -> Figure:
+    """Each paired comparison's epoch-time ratio (the answer's `ratios`) as a point with its 95% interval, on a log
+    axis around 1 (no difference); left of 1 is faster than what it is compared with."""
+    fig = Figure(figsize=(7, 1.4 + 0.42 * max(len(ratios), 1)), layout="constrained")
+    ax = fig.add_subplot()
+    positions = np.arange(len(ratios))[::-1]  # the first comparison on top
+    for y, (_, _, ratio) in zip(positions, ratios, strict=True):
+        if ratio.low is not None and ratio.high is not None:
+            ax.plot([ratio.low, ratio.high], [y, y], color="tab:blue", linewidth=2)
+        ax.plot([ratio.estimate], [y], "o", color="tab:blue")
+        ax.annotate(f"{ratio.estimate:.2f}×", (ratio.estimate, y), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=8)
+    ax.axvline(1.0, color="gray", linestyle=":")
+    ax.set_xscale("log")
+    values = [v for _, _, r in ratios for v in (r.low, r.high, r.estimate) if v is not None and v > 0] or [1.0]
+    low, high = min(min(values), 1.0), max(max(values), 1.0)
+    ax.set_xlim(low / 1.15, high * 1.15)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ticks = sorted({round(t, 2) for t in np.geomspace(low, high, 5)} | {1.0})
+    ax.set_xticks(ticks, [f"{t:g}×" for t in ticks])
+    ax.set_yticks(positions, [f"{variant} ({comparison})" for comparison, variant, _ in ratios], fontsize=8)
+    ax.set(xlabel="epoch time ratio (log scale): below 1 is faster",
+           title=f"{dataset}: epoch time, paired over seeds, with 95% intervals".removeprefix(": "))
+    ax.title.set_fontsize(10)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def plot_accuracy_by_seed(runs: pd.DataFrame, dataset: str) -> Figure:
+    """Test accuracy of every finished run on `dataset`, one row per variant and one point per seed (its number
+    beside it), the variant's mean as a bar: how far apart the seeds are, next to how far apart the variants are."""
+    done = finished(runs)
+    done = done[done["dataset"] == dataset].dropna(subset=["test_accuracy"])
+    settings = setting_columns(runs)
+    variants = list(done.groupby(["model", "pe", *settings], sort=True, dropna=False))
+    models = sorted(done["model"].unique())
+    fig = Figure(figsize=(7, 1.3 + 0.45 * max(len(variants), 1)), layout="constrained")
+    ax = fig.add_subplot()
+    labels = []
+    for y, (key, variant) in zip(np.arange(len(variants))[::-1], variants, strict=True):
+        model, pe, *rest = key
+        colour = f"C{models.index(model) % 10}"
+        labels.append(_variant_name(model, pe) + "".join(f", {c}={v}" for c, v in zip(settings, rest, strict=True)))
+        ax.scatter(variant["test_accuracy"], [y] * len(variant), color=colour, marker=PE_MARKERS.get(pe, "*"),
+                   alpha=0.8, zorder=3)
+        for accuracy, seed in zip(variant["test_accuracy"], variant["seed"], strict=True):
+            ax.annotate(str(seed), (accuracy, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+        mean = variant["test_accuracy"].mean()
+        ax.plot([mean, mean], [y - 0.3, y + 0.3], color=colour, linewidth=2)
+    ax.set_yticks(np.arange(len(variants))[::-1], labels, fontsize=8)
+    ax.set_ylim(-0.7, max(len(variants), 1) - 0.3)
+    readable_axis(ax, done["test_accuracy"], "x", log_above=math.inf)
+    ax.set(xlabel="test accuracy (a point per seed, its number above; the bar: the mean)",
+           title=f"{dataset}: test accuracy per seed")
+    ax.title.set_fontsize(10)
+    ax.grid(axis="x", alpha=0.3)
     return fig
