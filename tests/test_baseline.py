@@ -107,6 +107,17 @@ def test_the_baseline_s_reports_and_confusion_matrices_are_scikit_learns_on_the_
         assert ax.get_title().startswith(f"tfidf-words on {corpus.name}: {split} ({len(labels)} texts)\n")
     assert not np.allclose(matrix, confusion_matrix(predictions, labels, labels=ids, normalize="true"))  # (so that
     # a swap of the two would show, in the test split)
+    # errors.csv: exactly the texts it gets wrong, as what; a linear SVM has no probabilities, so no confidence.
+    errors = pd.read_csv(tmp_path / "run" / "errors.csv", keep_default_na=False)
+    wrong = [(split, i, text, metrics.class_names[label], text.split()[0])
+             for split in ("val", "test") for i, (text, label) in enumerate(zip(
+                 getattr(corpus, split).texts, getattr(corpus, split).labels, strict=True))
+             if text.split()[0] != metrics.class_names[label]]
+    assert sorted(zip(errors["split"], errors["position"], errors["text"], errors["true"], errors["predicted"],
+                      strict=True)) == sorted(wrong) and len(wrong) == 3
+    assert set(errors["confidence"]) == {""} and metrics.test.confused[0] == {"true": "blue", "predicted": "red",
+                                                                             "count": 2}
+    assert (tmp_path / "run" / "report.html").is_file()
 
 
 def test_a_null_vocabulary_size_is_decided_as_training_decides_it_and_recorded(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import optional, require, run_train, write_jsonl
+from conftest import capture_figures, optional, require, run_train, write_jsonl
 from mha_textclf.pages import render
 from mha_textclf.pages.run import write_run_page
 from mha_textclf.pages.sweep import write_sweep_page
@@ -87,6 +87,45 @@ def test_a_failed_run_shows_its_state_and_what_went_wrong(tmp_path):
     assert 'id="state">failed<' in html and "has a single class (0)." in html
     assert ("metrics.json", "the run has not finished its reports (still running, cut short or failed)") in \
         page.missing
+
+
+@pytest.mark.unit
+def test_a_run_refused_before_it_claimed_its_folder_reads_as_failed(tmp_path):
+    """No status.json (a baseline keeps none; a run refused at the start writes only error.txt)."""
+    (tmp_path / "error.txt").write_text("data.path=/nowhere does not exist\n")
+    html = write_run_page(tmp_path).path.read_text()
+    assert 'id="state">failed<' in html and "data.path=/nowhere does not exist" in html
+
+
+@pytest.mark.unit
+def test_a_file_this_version_cannot_read_is_listed_and_the_rest_of_the_page_is_written(tmp_path):
+    run = tmp_path / "run"
+    fake_run(run, accuracy=0.75)
+    (run / "errors.csv").write_text("split,position,text\nval,1,no confidence column\n")
+    (run / "order_probe.json").write_text(json.dumps({"texts": ["a b"], "probabilities": {"a b": 0.3}}))
+    (run / "classification_report_val.json").write_text(json.dumps({"a": {"precision": 0.5}}))
+    page = write_run_page(run)
+    unreadable = {name for name, why in page.missing if why.startswith("unreadable")}
+    assert unreadable == {"errors.csv", "order_probe.json", "classification_report_val.json"}
+    assert records(Tables(page.path.read_text()).tables["headline-table"])[1]["accuracy"] == "0.7500"
+
+
+@pytest.mark.unit
+def test_a_sweep_page_that_cannot_be_made_leaves_the_rest_of_the_summary(tmp_path, monkeypatch, caplog):
+    from mha_textclf.pages import sweep
+    from mha_textclf.sweeps.summary import write_summary
+
+    fake_run(tmp_path / "run_0")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no page today")
+
+    monkeypatch.setattr(sweep, "write_sweep_page", broken)
+    capture_figures(monkeypatch, write=False)
+    with caplog.at_level(logging.WARNING):
+        paths = write_summary(tmp_path)
+    assert "summary.html" not in paths and (tmp_path / "summary.md").is_file() and "no page today" in caplog.text
+    assert (tmp_path / "run_0" / "report.html").is_file()  # a run without a page gets one, for the sweep's links
 
 
 @pytest.mark.unit

@@ -24,14 +24,14 @@ from sklearn.utils.class_weight import compute_class_weight
 from conftest import logits_one_by_one, png_size, require, run_split, settings_for, train_in_process, write_jsonl
 from mha_textclf import pipeline as train_module
 from mha_textclf import training
-from mha_textclf.calibration import expected_calibration_error
+from mha_textclf.calibration import TEMPERATURE_RANGE, expected_calibration_error
 from mha_textclf.data.corpus import load_corpus
 from mha_textclf.inference import load_run
 from mha_textclf.model import TextClassifier
 from mha_textclf.predictions import predict
 from mha_textclf.runs import files, lifecycle
 from mha_textclf.runs.checkpoint import load_checkpoint, load_training_state
-from mha_textclf.runs.metrics import RunMetrics
+from mha_textclf.runs.metrics import CONFUSED_PAIRS, RunMetrics
 from mha_textclf.settings import DataSettings
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.wordpiece import SPECIAL_TOKENS, train_tokenizer
@@ -170,7 +170,7 @@ def test_errors_csv_and_calibration_are_the_models_own_on_each_split(smoke_run):
     labels = {split: torch.tensor(data[split].labels) for split in data}
 
     temperature = metrics.calibration["temperature"]
-    grid = torch.exp(torch.linspace(np.log(0.05), np.log(20.0), 2001, dtype=torch.float64))
+    grid = torch.exp(torch.linspace(*np.log(TEMPERATURE_RANGE), 2001, dtype=torch.float64))
     losses = torch.stack([F.cross_entropy(logits["val"] / t, labels["val"]) for t in grid])
     assert F.cross_entropy(logits["val"] / temperature, labels["val"]) <= losses.min() + 1e-4
     assert abs(temperature - 1) > 0.01  # (so that a temperature left out would show)
@@ -197,7 +197,7 @@ def test_errors_csv_and_calibration_are_the_models_own_on_each_split(smoke_run):
             assert row.confidence == pytest.approx(p.max().item(), abs=1e-4)  # 4 decimals, batched float32
             assert row.runner_up == run.class_names[int(p.argsort(descending=True)[1])]
         pairs = Counter((data[split].labels[i], int(predicted[i])) for i in wrong)
-        top = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))[:5]
+        top = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))[:CONFUSED_PAIRS]
         assert getattr(metrics, split).confused == [
             {"true": run.class_names[t], "predicted": run.class_names[q], "count": n} for (t, q), n in top]
 

@@ -682,3 +682,10 @@ def test_train_and_eval_seconds_time_the_training_pass_and_the_validation_apart(
                  on_step=lambda step, values: clock.update(now=clock["now"] + 1.0))
     assert [(row["train_seconds"], row["eval_seconds"], row["elapsed_train_seconds"]) for row in result.history] == [
         (8.0, 0.25, 8.0), (8.0, 0.25, 16.0), (8.0, 0.25, 24.0)]
+
+
+@pytest.mark.unit
+def test_evaluate_refuses_a_shuffled_loader_whose_rows_it_could_not_place_in_their_split():
+    loader = make_loader([[1, 2, 3], [1, 4]], [0, 1], batch_size=2, pad_id=0, shuffle=True)
+    with pytest.raises(ValueError, match="fixed order"):
+        evaluate(torch.nn.Linear(1, 1), loader, torch.device("cpu"))

@@ -20,7 +20,7 @@ from sklearn.svm import LinearSVC
 
 from mha_textclf.data.corpus import Corpus, load_corpus
 from mha_textclf.pages.run import write_run_page
-from mha_textclf.reports import split_report
+from mha_textclf.reports import error_rows, split_report, write_errors
 from mha_textclf.runs import files
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.settings import BaselineSettings
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class BaselineResult:
     predictions: dict[str, list[int]]  # per split: val, test
+    scores: dict[str, np.ndarray]  # per split: class probabilities, or decision scores (probabilities=False)
+    probabilities: bool  # whether `scores` are probabilities (logistic regression) or not (a linear SVM)
     losses: dict[str, float | None]  # log-loss where the model gives probabilities
     train_seconds: float
     params: int  # the linear model's weights and intercepts
@@ -41,7 +43,8 @@ class BaselineResult:
 
 def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
     """Load the data as training does (same splits, same tokenizer), fit, and write a run folder that the summaries
-    table next to the attention runs: config.yaml, metrics.json, classification reports, confusion matrices."""
+    table next to the attention runs: config.yaml, metrics.json, classification reports, confusion matrices,
+    errors.csv and report.html."""
     corpus = load_corpus(settings.data, settings.seed)
     adapted = {}
     if settings.features == "wordpiece":  # the attention runs' tokenizer: its size decided the same way
@@ -67,6 +70,11 @@ def run_baseline(settings: BaselineSettings, run_dir: Path) -> RunMetrics:
                          vocab_size=len(tokenizer) if tokenizer is not None else None, device="cpu", threads=1,
                          adapted=adapted)
     metrics.write(run_dir / files.METRICS)
+    write_errors(run_dir / files.ERRORS, [
+        row for split in ("val", "test")
+        for row in error_rows(split, list(range(len(getattr(corpus, split)))), getattr(corpus, split).labels,
+                              result.scores[split], getattr(corpus, split).texts, corpus.class_names,
+                              result.probabilities)])
     write_run_page(run_dir)
     log.info(f"{name} seed {settings.seed} on {corpus.name}: val accuracy {metrics.val.accuracy:.4f}  test accuracy "
              f"{metrics.test.accuracy:.4f}  ({result.train_seconds:.1f}s)  ->  {run_dir}")
@@ -96,14 +104,17 @@ def tfidf_baseline(corpus: Corpus, features: str, tokenizer, max_length: int, se
     X_train = vectorizer.fit_transform(prepare(corpus.train.texts))
     classifier.fit(X_train, corpus.train.labels)
     train_seconds = time.perf_counter() - start
-    predictions, losses = {}, {}
+    predictions, losses, scores = {}, {}, {}
+    probabilities = hasattr(classifier, "predict_proba")
     for name in ("val", "test"):
         split = getattr(corpus, name)
         X = vectorizer.transform(prepare(split.texts))
         predictions[name] = classifier.predict(X).tolist()
-        losses[name] = (float(log_loss(split.labels, classifier.predict_proba(X),
-                                       labels=np.arange(len(corpus.class_names))))
-                        if hasattr(classifier, "predict_proba") else None)
+        scores[name] = classifier.predict_proba(X) if probabilities else classifier.decision_function(X)
+        if scores[name].ndim == 1:  # two classes: one decision score, the second class's
+            scores[name] = np.stack([-scores[name], scores[name]], axis=1)
+        losses[name] = (float(log_loss(split.labels, scores[name], labels=np.arange(len(corpus.class_names))))
+                        if probabilities else None)
     # Counted from the fitted model, not as features × classes: with two classes scikit-learn fits one row of weights.
     params = classifier.coef_.size + classifier.intercept_.size
-    return BaselineResult(predictions, losses, train_seconds, params)
+    return BaselineResult(predictions, scores, probabilities, losses, train_seconds, params)

@@ -141,11 +141,11 @@ def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
                        f"{split.macro_f1:.4f} |" for name, split in (("val", metrics.val), ("test", metrics.test)))
     temperature = meta["temperature"]
     test = (metrics.calibration or {}).get("test") or {}
+    measured = (f": expected calibration error on test {test['ece']:.4f} without it, {test['ece_calibrated']:.4f} "
+                f"with it ({metrics.calibration['bins']} confidence bins)." if test else ".")
     calibration = (f"A temperature of {temperature:.3f}, fitted on the validation split, divides the logits before "
-                   "the softmax" + (f": expected calibration error on test {test['ece']:.4f} without it, "
-                                    f"{test['ece_calibrated']:.4f} with it (15 confidence bins)." if test else ".")
-                   if temperature else "None: the probabilities are the softmax of the logits as trained, not "
-                   "calibrated.")
+                   f"the softmax{measured}" if temperature else "None: the probabilities are the softmax of the "
+                   "logits as trained, not calibrated.")
     return f"""# Model card: {metrics.dataset} text classifier ({meta['model']}, pe={str(meta['pe']).lower()})
 
 ## Model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from mha_textclf.runs.metrics import read_metrics
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.encoding import encode
 from mha_textclf.training import resolve_device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,7 +51,10 @@ def run_temperature(run_dir: Path) -> float | None:
     or stopped before its reports)."""
     try:
         calibration = read_metrics(run_dir).calibration
-    except (OSError, ValueError, TypeError, KeyError):
+    except OSError:
+        return None
+    except (ValueError, TypeError, KeyError) as e:
+        log.warning(f"{run_dir / files.METRICS} is unreadable ({e}): probabilities without its calibration")
         return None
     return (calibration or {}).get("temperature")
 

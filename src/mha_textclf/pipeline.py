@@ -78,6 +78,8 @@ def train(settings: TrainSettings, run_dir: Path, overrides: Sequence[str] = (),
     device = resolve_device(settings.device)
     with lifecycle.claim(run_dir, settings, list(overrides)) as start:
         if start.finished is not None:
+            if not (run_dir / files.REPORT_PAGE).exists():  # a run from before the pages
+                write_run_page(run_dir)
             return start.finished
         on_start()
         try:
@@ -318,7 +320,12 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
                                                    class_weights)
         splits[split] = split_report(run_dir, split, evaluation.labels, evaluation.predictions, evaluation.loss,
                                      corpus.class_names, source)
-    calibration = calibrate(run_dir, evaluations, corpus, _title(settings))
+    calibration = calibrate(run_dir, evaluations, _title(settings))
+    write_errors(run_dir / files.ERRORS, [  # with the probabilities predict shows: calibrated
+        row for split, evaluation in evaluations.items()
+        for row in error_rows(split, evaluation.positions, evaluation.labels,
+                              softmax(evaluation.logits, calibration["temperature"]), getattr(corpus, split).texts,
+                              corpus.class_names)])
     train_seconds = sum(row["train_seconds"] for row in history)
     metrics = RunMetrics(
         model=settings.model.attention, pe=settings.pe, seed=settings.seed, dataset=corpus.name,
@@ -336,26 +343,22 @@ def write_reports(settings: TrainSettings, run_dir: Path, model: TextClassifier,
     return metrics
 
 
-def calibrate(run_dir: Path, evaluations: dict, corpus: Corpus, title: str) -> dict:
+def calibrate(run_dir: Path, evaluations: dict, title: str) -> dict:
     """Fit the temperature on validation (calibration.py), measure the expected calibration error of each split
-    before and after it, draw the reliability diagram, and write errors.csv with the calibrated probabilities that
-    predict shows; return metrics.json's `calibration`."""
+    before and after it, and draw the reliability diagram; return metrics.json's `calibration`."""
     temperature = fit_temperature(evaluations["val"].logits, np.asarray(evaluations["val"].labels))
     # The temperature unrounded: predict divides by exactly the number that made errors.csv's probabilities.
-    calibration, diagrams, rows = {"temperature": temperature, "bins": BINS}, {}, []
+    calibration, diagrams = {"temperature": temperature, "bins": BINS}, {}
     for split, evaluation in evaluations.items():
         labels = np.asarray(evaluation.labels)
         before = reliability(softmax(evaluation.logits), labels)
-        after = reliability(probabilities := softmax(evaluation.logits, temperature), labels)
+        after = reliability(softmax(evaluation.logits, temperature), labels)
         calibration[split] = {"ece": round(before.ece, 4), "ece_calibrated": round(after.ece, 4)}
         diagrams[split] = before, after
-        rows += error_rows(split, evaluation.positions, evaluation.labels, probabilities,
-                           getattr(corpus, split).texts, corpus.class_names)
-    write_errors(run_dir / files.ERRORS, rows)
     files.write_figure(run_dir / files.RELIABILITY, plot_reliability(diagrams, temperature, title), dpi=110)
     log.info(f"calibration: temperature {temperature:.3f}; ECE " + ", ".join(
-        f"{split} {c['ece']:.4f} -> {c['ece_calibrated']:.4f}" for split, c in calibration.items()
-        if isinstance(c, dict)))
+        f"{split} {calibration[split]['ece']:.4f} -> {calibration[split]['ece_calibrated']:.4f}"
+        for split in evaluations))
     return calibration
 
 

@@ -17,9 +17,7 @@ from sklearn.metrics import ConfusionMatrixDisplay, accuracy_score, classificati
 
 from mha_textclf.calibration import Reliability
 from mha_textclf.runs import files
-from mha_textclf.runs.metrics import SplitMetrics
-
-CONFUSED_PAIRS = 5  # metrics.json names this many of each split's most confused pairs
+from mha_textclf.runs.metrics import CONFUSED_PAIRS, SplitMetrics
 
 
 def time_to_accuracy(history: list[dict], levels: list[float]) -> dict[str, float | None]:
@@ -60,21 +58,23 @@ def confused_pairs(labels: list[int], predictions: list[int], class_names: list[
     return [{"true": class_names[t], "predicted": class_names[p], "count": n} for (t, p), n in ranked]
 
 
-def error_rows(split: str, positions: list[int], labels: list[int], probabilities: np.ndarray, texts: list[str],
-               class_names: list[str]) -> list[dict]:
-    """errors.csv's rows for one split: every text whose most probable class is not its own, most confident first.
-    `positions[i]` is the split's text number of row i of `labels` and `probabilities`."""
-    order = np.argsort(-probabilities, axis=1, kind="stable")  # (N, C) classes from most to least probable
+def error_rows(split: str, positions: list[int], labels: list[int], scores: np.ndarray, texts: list[str],
+               class_names: list[str], probabilities: bool = True) -> list[dict]:
+    """errors.csv's rows for one split: every text whose highest-scoring class is not its own, most confident first.
+    `positions[i]` is the split's text number of row i of `labels` and `scores`. `scores` are class probabilities,
+    or, with `probabilities=False`, a classifier's decision scores, which rank the classes but are no confidence
+    (the confidence is left blank, and rows keep the split's order)."""
+    order = np.argsort(-scores, axis=1, kind="stable")  # (N, C) classes from highest to lowest score
     rows = []
     for i, (position, true) in enumerate(zip(positions, labels, strict=True)):
         predicted = int(order[i, 0])
         if predicted == true:
             continue
-        runner_up = class_names[order[i, 1]] if probabilities.shape[1] > 1 else ""
         rows.append({"split": split, "position": position, "text": texts[position], "true": class_names[true],
-                     "predicted": class_names[predicted], "confidence": round(float(probabilities[i, predicted]), 4),
-                     "runner_up": runner_up})
-    return sorted(rows, key=lambda row: (-row["confidence"], row["position"]))
+                     "predicted": class_names[predicted],
+                     "confidence": round(float(scores[i, predicted]), 4) if probabilities else None,
+                     "runner_up": class_names[order[i, 1]] if scores.shape[1] > 1 else ""})
+    return sorted(rows, key=lambda row: (-(row["confidence"] or 0.0), row["position"]))
 
 
 def write_errors(path: Path, rows: list[dict]) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, RandomSampler
 from tqdm.auto import tqdm
 
 from mha_textclf.errors import UserError
@@ -81,6 +81,8 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precisi
              class_weights: torch.Tensor | None = None) -> Evaluation:
     """Mean cross-entropy (class-weighted, when weights are given, as in training), with labels, argmax predictions
     and logits in the order of an (unshuffled) evaluation loader, and where each row's text is in its split."""
+    if isinstance(loader.sampler, RandomSampler):
+        raise ValueError("evaluate needs a loader in a fixed order (shuffle=False): it reports where each text is")
     model.eval()
     weights = None if class_weights is None else class_weights.to(device)
     total_loss, total_weight, labels, predictions, all_logits = 0.0, 0.0, [], [], []
@@ -94,7 +96,9 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device, precisi
         labels += batch["labels"].tolist()
         predictions += logits.argmax(-1).tolist()
         all_logits.append(logits.detach().cpu())
-    positions = [i for batch in loader.batch_sampler for i in batch]  # sequential, or sorted by length
+    # Where each row's text is: the batches again, which for an evaluation loader (sequential, or sorted by length)
+    # come in the same order every time; a shuffled loader's would not, and is refused below.
+    positions = [i for batch in loader.batch_sampler for i in batch]
     logits = torch.cat(all_logits).numpy() if all_logits else np.zeros((0, 0), dtype=np.float32)
     return Evaluation(total_loss / max(total_weight, 1e-12), labels, predictions, logits, positions)
 

@@ -53,7 +53,9 @@ def run_context(run_dir: Path) -> dict:
     metrics = _metrics(run_dir, missing)
     status = files.read_status(run_dir)
     config = files.read_config(run_dir, hydra_fallback=True) or {}
-    state = folder_state(run_dir) or ("finished" if metrics else "unknown")
+    # No status.json: a baseline (it keeps none), or a run refused before it claimed the folder (error.txt says why).
+    state = folder_state(run_dir) or ("failed" if (run_dir / files.ERROR).exists() else
+                                      "finished" if metrics else "unknown")
     trained = metrics is None or metrics.epochs > 0  # a TF-IDF baseline has no epochs, loss curve or probabilities
     error = (run_dir / files.ERROR).read_text().strip() if (run_dir / files.ERROR).exists() else status.get("message")
 
@@ -85,7 +87,7 @@ def run_context(run_dir: Path) -> dict:
         "calibration": metrics.calibration if metrics else None,
         "per_class": {split: rows for split in SPLITS if (rows := _per_class(run_dir, split, missing, unfinished))},
         "loss_curve": loss_curve, "confusion": confusion, "reliability": reliability, "errors": errors,
-        "worst": WORST_ERRORS, "attention": attention, "order_probe": _json(run_dir / files.ORDER_PROBE),
+        "worst": WORST_ERRORS, "attention": attention, "order_probe": _order_probe(run_dir, missing),
         "settings": sorted(flat(config).items()), "missing": missing,
     }
 
@@ -137,14 +139,23 @@ def _facts_from_config(config: dict) -> list[tuple[str, str]]:
             ("data", str((config.get("data") or {}).get("path")))]
 
 
+# What a file the page reads may hold that this version cannot read: the page shows the rest, and says so.
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError)
+
+
 def _per_class(run_dir: Path, split: str, missing: list, why: str) -> list[dict] | None:
-    report = _json(run_dir / files.classification_report(split, "json"))
+    name = files.classification_report(split, "json")
+    report = _json(run_dir / name)
     if report is None:
-        missing.append((files.classification_report(split, "json"), why or "not written"))
+        missing.append((name, why or "not written"))
         return None
-    return [{"class": name, "precision": f"{r['precision']:.4f}", "recall": f"{r['recall']:.4f}",
-             "F1": f"{r['f1-score']:.4f}", "texts": int(r["support"])}
-            for name, r in report.items() if isinstance(r, dict) and name not in ("macro avg", "weighted avg")]
+    try:
+        return [{"class": c, "precision": f"{r['precision']:.4f}", "recall": f"{r['recall']:.4f}",
+                 "F1": f"{r['f1-score']:.4f}", "texts": int(r["support"])}
+                for c, r in report.items() if isinstance(r, dict) and c not in ("macro avg", "weighted avg")]
+    except UNREADABLE as e:
+        missing.append((name, f"unreadable: {type(e).__name__}: {e}"))
+        return None
 
 
 def _errors(run_dir: Path, missing: list, why: str) -> list[dict] | None:
@@ -152,14 +163,33 @@ def _errors(run_dir: Path, missing: list, why: str) -> list[dict] | None:
     try:
         with path.open(newline="") as f:
             rows = list(csv.DictReader(f))
+        for row in rows:
+            text = row["text"]
+            row["shown"] = text if len(text) <= TEXT_SHOWN else text[:TEXT_SHOWN].rstrip() + " …"
+            row["rank"] = -float(row["confidence"] or 0)  # a classifier without probabilities leaves it blank
+            for column in ("split", "position", "true", "predicted", "runner_up"):
+                row[column] = row[column] or ""
     except OSError:
         missing.append((files.ERRORS, why))
         return None
-    rows.sort(key=lambda row: -float(row["confidence"]))  # most confident mistakes first, either split
-    for row in rows:
-        text = row["text"]
-        row["shown"] = text if len(text) <= TEXT_SHOWN else text[:TEXT_SHOWN].rstrip() + " …"
-    return rows
+    except UNREADABLE as e:
+        missing.append((files.ERRORS, f"unreadable: {type(e).__name__}: {e}"))
+        return None
+    return sorted(rows, key=lambda row: row["rank"])  # most confident mistakes first, either split
+
+
+def _order_probe(run_dir: Path, missing: list) -> dict | None:
+    probe = _json(run_dir / files.ORDER_PROBE)
+    if probe is None:
+        return None
+    try:
+        float(probe["max_abs_difference"]), bool(probe["pe"])
+        if not all(isinstance(p, dict) for p in probe["probabilities"].values()):
+            raise ValueError("probabilities are not one table per text")
+    except UNREADABLE as e:
+        missing.append((files.ORDER_PROBE, f"unreadable: {type(e).__name__}: {e}"))
+        return None
+    return probe
 
 
 def _json(path: Path) -> dict | None:

@@ -9,6 +9,7 @@ the sweep's own times, every metric by group, and every run, each linked to its 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -56,7 +57,8 @@ def write_sweep_page(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, fou
     shown = readable_runs(runs)
     # The link first, where a phone shows it without scrolling.
     shown = shown[["run folder", *(c for c in shown.columns if c != "run folder")]]
-    links = {d: f"{d}/{files.REPORT_PAGE}" for d in runs["run_dir"] if (folder / d / files.REPORT_PAGE).exists()}
+    links = {d: quote(f"{d}/{files.REPORT_PAGE}") for d in runs["run_dir"]  # a folder name may hold # or %
+             if (folder / d / files.REPORT_PAGE).exists()}
     failed = runs[runs["status"] == "failed"]
     return write_page(
         folder / files.SUMMARY_PAGE, "sweep.html.j2", folder=folder, name=folder.name, overview=overview(runs),

@@ -90,8 +90,8 @@ RUN_FOLDER = (
             "model, for val and for test (evaluated once, at the end)", "classification_report_*"),
     RunFile(confusion_matrix("<split>"), "rows: true class, normalised; titled with the model and the dataset",
             "confusion_matrix_*"),
-    RunFile(ERRORS, "one row per misclassified validation and test text, most confident mistakes first: "
-            f"{', '.join(ERROR_COLUMNS)}", ERRORS),
+    RunFile(ERRORS, "one row per misclassified text, validation's then test's, each split's most confident "
+            f"mistakes first: {', '.join(ERROR_COLUMNS)}", ERRORS),
     RunFile(RELIABILITY, "the reliability diagram of val and test, before and after the temperature", RELIABILITY),
     RunFile(METRICS, "what the run measured (see below)", METRICS),
     RunFile(MODEL, "the reported model (trainer.final_weights: the last finished epoch by default; metrics.json: "

@@ -16,6 +16,7 @@ from mha_textclf.runs.files import METRICS, write_json
 METRICS_FORMAT = "mha-textclf-metrics/3"  # /3: each split's confused pairs, calibration
 # /2 (dataset, splits, train_samples, stages, time_to_accuracy) reads as /3 without what /3 added.
 READABLE_FORMATS = ("mha-textclf-metrics/2", METRICS_FORMAT)
+CONFUSED_PAIRS = 5  # metrics.json names this many of each split's most confused pairs of classes
 
 
 def about(meaning: str, **kwargs: Any) -> Any:
@@ -29,7 +30,7 @@ class SplitMetrics:
     macro_f1: float = about("F1 averaged over every class of the training split, one a small split lacks included")
     loss: float | None = about("mean cross-entropy; null for a classifier without probabilities")
     n_samples: int = about("the split's texts")
-    confused: list[dict] = about("the most confused pairs of classes, most texts first (at most 5): "
+    confused: list[dict] = about(f"the most confused pairs of classes, most texts first (at most {CONFUSED_PAIRS}): "
                                  "{true, predicted, count}", default_factory=list)
 
 

@@ -144,7 +144,7 @@ def answer(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
             label = _variant_label({"model": model, "pe": pe, **dict(zip(settings, rest, strict=True))}, settings)
             cells, ratio = _paired(folder, variant, base)
             paired.append(label | cells)
-            if ratio is not None:
+            if ratio is not None and np.isfinite(ratio.estimate):  # no epochs: nothing to draw
                 ratios.append((f"against {ref}", _label_text(label), ratio))
         against = pd.DataFrame(paired)
     pe_rows = []
@@ -158,7 +158,7 @@ def answer(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, dataset: str,
                                    settings)
             cells, ratio = _paired(folder, variant, base)
             pe_rows.append(label | cells)
-            if ratio is not None:
+            if ratio is not None and np.isfinite(ratio.estimate):
                 ratios.append(("pe=True against pe=False", _label_text(label), ratio))
     return Answer(dataset, pd.DataFrame(rows), bool((table["runs"] > table["seeds"]).any()),
                   _memory_note(folder, runs), ref, why, against, pd.DataFrame(pe_rows) if pe_rows else None, ratios)

@@ -3,6 +3,7 @@ Used by the end-of-sweep callback and by scripts/summarize.py, for any folder th
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from mha_textclf.runs import files
@@ -10,11 +11,14 @@ from mha_textclf.sweeps.collect import groups_table, runs_table
 from mha_textclf.sweeps.markdown import REFERENCE, answers, summary_markdown
 from mha_textclf.sweeps.plots import plot_accuracy_vs_time, plot_loss_curves, plot_memory
 
+log = logging.getLogger(__name__)
+
 
 def write_summary(folder: str | Path, reference: str = REFERENCE) -> dict[str, Path]:
     """Write summary.csv, summary.md, the plots (loss_curves.png, accuracy_vs_time.png, memory.png) and summary.html
     into `folder`; return their paths."""
-    from mha_textclf.pages.sweep import write_sweep_page  # here: jinja2 only when a summary is written
+    from mha_textclf.pages.run import write_run_page  # here: jinja2 only when a summary is written
+    from mha_textclf.pages.sweep import write_sweep_page
 
     folder = Path(folder)
     runs = runs_table(folder)
@@ -27,5 +31,12 @@ def write_summary(folder: str | Path, reference: str = REFERENCE) -> dict[str, P
     files.write_figure(paths["loss_curves.png"], plot_loss_curves(folder, runs), dpi=110)
     files.write_figure(paths["accuracy_vs_time.png"], plot_accuracy_vs_time(runs), dpi=110)
     files.write_figure(paths["memory.png"], plot_memory(runs), dpi=110)
-    paths[files.SUMMARY_PAGE] = write_sweep_page(folder, runs, groups, found)
+    # The page links each run's report.html: a run without one (killed outright, or older) gets it now.
+    for run_dir in runs["run_dir"]:
+        if not (folder / run_dir / files.REPORT_PAGE).exists():
+            write_run_page(folder / run_dir)
+    try:
+        paths[files.SUMMARY_PAGE] = write_sweep_page(folder, runs, groups, found)
+    except Exception as e:  # the Markdown summary and the sweep's exit status must not depend on the page
+        log.warning(f"could not write {folder / files.SUMMARY_PAGE}: {type(e).__name__}: {e}")
     return paths
