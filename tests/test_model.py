@@ -247,20 +247,32 @@ def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
 
 
 @pytest.mark.unit
-def test_attention_sees_the_scaled_embeddings_plus_the_whole_positional_encoding():
-    """Token vectors are multiplied by √C, and the positional encoding, as large as the embeddings, is added whole: what
-    attention sees at position t is the token's vector times √C plus the sinusoid of t at its full, unit amplitude (the
-    formula's, computed here by hand), neither shrunk nor scaled with the embeddings."""
-    model = build(pe=True)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("path", ["evaluation", "training", "attention map"])
+def test_attention_keys_see_the_scaled_embeddings_plus_the_whole_positional_encoding_and_values_the_words_alone(
+        variant, path):
+    """Token vectors are multiplied by √C, and the positional encoding, as large as the embeddings, is added whole to
+    what decides where attention looks: the keys (and the queries) at position t are the token's vector times √C plus
+    the sinusoid of t at its full, unit amplitude (the formula's, computed here by hand); the values, what the [CLS]
+    vector is made of, are the token vectors alone. Evaluation asks with the [CLS] query alone; training (without
+    cls_only) and an attention map with every position's."""
+    model = build(variant, pe=True)
     seen = {}
-    model.attention.register_forward_hook(lambda module, args, kwargs, out: seen.update(key=args[1]),
-                                          with_kwargs=True)
+    model.attention.register_forward_hook(
+        lambda module, args, kwargs, out: seen.update(query=args[0], key=args[1], value=args[2]), with_kwargs=True)
     ids = torch.tensor([[CLS, 7, 9, SEP]])
-    model(ids, ids == PAD)
+    if path == "attention map":
+        model.forward_with_weights(ids, None, need_weights=True)
+    else:
+        model.train(path == "training")(ids, ids == PAD)
     t, i = torch.arange(4.0)[:, None], torch.arange(0, 16, 2)  # positions, even dimensions (C = 16)
     angle = t / 10000 ** (i / 16)
     sinusoid = torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).flatten(1)  # (4, 16): sin, cos interleaved
-    torch.testing.assert_close(seen["key"], model.embedding.weight.detach()[ids] * 4.0 + sinusoid)
+    words = model.embedding.weight.detach()[ids] * 4.0
+    torch.testing.assert_close(seen["key"], words + sinusoid)
+    queries = 1 if path == "evaluation" else 4
+    torch.testing.assert_close(seen["query"], (words + sinusoid)[:, :queries])
+    torch.testing.assert_close(seen["value"], words)
 
 
 @pytest.mark.unit

@@ -519,9 +519,9 @@ def test_weight_decay_is_adamws_decoupled_decay():
 @pytest.mark.parametrize(("setting", "where", "elsewhere"), [("embedding_dropout", "attention", "classifier"),
                                                              ("mlp_dropout", "classifier", "attention")])
 def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
-    """model.embedding_dropout zeroes entries of the token vectors entering attention, positional encoding included
-    (it is added before), model.mlp_dropout entries of the [CLS] vector entering the classifier; each alone leaves the
-    other's input whole."""
+    """model.embedding_dropout zeroes entries of the token vectors attention reads (its values; positional encoding is
+    added to the queries and keys after it), model.mlp_dropout entries of the [CLS] vector entering the classifier;
+    each alone leaves the other's input whole."""
     torch.manual_seed(0)
     net = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=2, d_model=16, n_heads=2,
                                      mlp_hidden=16, pe=True, max_length=32, pad_id=0, token_dropout=0.0,
@@ -530,7 +530,9 @@ def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
 
     def record(name):
         def hook(module, args):
-            inputs.setdefault(name, args[0])  # the first call's input; returning nothing leaves it as it is
+            # The first call's input (attention's: its values, the token vectors it reads); returning nothing
+            # leaves it as it is.
+            inputs.setdefault(name, args[2] if name == "attention" else args[0])
         return hook
 
     for name in (where, elsewhere):

@@ -146,10 +146,11 @@ def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
     calibration = (f"A temperature of {temperature:.3f}, fitted on the validation split, divides the logits before "
                    f"the softmax{measured}" if temperature else "None: the probabilities are the softmax of the "
                    "logits as trained, not calibrated.")
+    positions = " (+ sinusoidal positional encoding in the queries and keys)" if meta["pe"] else ""
     return f"""# Model card: {metrics.dataset} text classifier ({meta['model']}, pe={str(meta['pe']).lower()})
 
 ## Model
-Token embeddings{' + sinusoidal positional encoding' if meta['pe'] else ''} → one multi-head self-attention layer
+Token embeddings{positions} → one multi-head self-attention layer
 ({meta['model']} variant) → the [CLS] vector → MLP, {metrics.params:,} parameters, trained from scratch (no
 pretrained weights) with a {meta['vocab_size']}-token WordPiece tokenizer learned on the training texts. Inputs: up
 to {meta['max_length']} tokens ([CLS] first, [SEP] last); a longer text is cut.

@@ -103,8 +103,8 @@ class ModelSettings:
     mlp_hidden: int = setting(128, "hidden units of the classifier MLP on the [CLS] vector", gt=0, decides="model")
     bias: bool = setting(True, "biases on the q/k/v/output projections", decides="model")
     dropout: float = setting(0.0, "dropout on the attention weights", ge=0, lt=1, decides="model")
-    embedding_dropout: float = setting(0.0, "dropout on the token (+ position) embeddings", ge=0, lt=1,
-                                       decides="model")
+    embedding_dropout: float = setting(0.0, "dropout on the token embeddings (before pe adds positions to the "
+                                            "attention's queries and keys)", ge=0, lt=1, decides="model")
     token_dropout: float | None = setting(None, "while training, hide each token but [CLS] from attention with this "
                                                 "probability (word dropout); {null} (see trainer.epochs)", ge=0, lt=1,
                                           decides="model", by_length=(0.75, 0.85))
@@ -244,8 +244,9 @@ class TrainSettings:
     trainer: TrainerSettings = setting(help="", factory=TrainerSettings)
     probes: ProbeSettings = setting(help="", factory=ProbeSettings)
     logger: LoggerSettings = setting(help="", factory=LoggerSettings)
-    pe: bool | None = setting(None, "add sinusoidal positional encoding to the token embeddings; {null} (see "
-                                    "trainer.epochs)", decides="model", by_length=(False, True), column="pe")
+    pe: bool | None = setting(None, "add sinusoidal positional encoding to the attention's queries and keys (not its "
+                                    "values); {null} (see trainer.epochs)", decides="model", by_length=(False, True),
+                              column="pe")
     # The earliest stage it decides: the carved validation split (then the weights, the batch order, dropout).
     seed: int = setting(0, "seeds the validation split, weight init, batch order and dropout", ge=0, lt=2**32,
                         decides="corpus", column="seed")

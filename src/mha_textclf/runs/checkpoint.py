@@ -17,9 +17,10 @@ from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.runs.files import write_atomically
 
 # Bumped whenever the same file would mean something else: /2 (and state /3) scale the embeddings by √d_model;
-# state /4 times training and validation apart in its history.
-CHECKPOINT_FORMAT = "mha-textclf/2"
-TRAINING_STATE_FORMAT = "mha-textclf-training-state/4"
+# state /4 times training and validation apart in its history; /3 (state /5): positional encoding enters the
+# attention's queries and keys only, so the same pe=true weights compute another function.
+CHECKPOINT_FORMAT = "mha-textclf/3"
+TRAINING_STATE_FORMAT = "mha-textclf-training-state/5"
 
 
 def atomic_save(obj: dict, path: Path) -> None:
