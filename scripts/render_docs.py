@@ -32,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
+CORPORA = "corpora"  # the results name whose folder holds every corpus's sweeps and baselines (sweeps/corpora.py)
 BLOCK = re.compile(r"(<!-- begin: (?P<name>[\w:-]+) \(rendered by scripts/render_docs\.py\) -->\n)(?P<body>.*?)"
                    r"(<!-- end: (?P=name) -->)", re.DOTALL)
 
@@ -262,22 +263,33 @@ def check() -> list[str]:
 
 def record_results(name: str, folder: Path) -> Path:
     """docs/results/<name>.json: the answer a sweep's summary gives for its dataset (the tables of summary.md's
-    "The answer" section), and where it came from."""
+    "The answer" section), or, recorded as `corpora`, the corpora table of a folder of runs on every corpus with
+    their TF-IDF baselines (sweeps/corpora.py); and where it came from."""
     from mha_textclf.sweeps.collect import groups_table, runs_table
+    from mha_textclf.sweeps.corpora import corpora_table
     from mha_textclf.sweeps.markdown import answer
     from mha_textclf.sweeps.record import SweepRecord
 
     runs = runs_table(folder)
     groups = groups_table(runs)
     datasets = list(groups["dataset"].drop_duplicates()) if not groups.empty else []
-    if len(datasets) != 1:
-        raise SystemExit(f"{folder}: a sweep of one dataset with finished runs is needed (found {datasets or 'none'})")
-    found = answer(folder, runs, groups, datasets[0])
-    tables = {"variants": found.variants} | ({"against": found.against} if found.against is not None else {}) | (
-        {"pe": found.pe} if found.pe is not None else {})
+    if not datasets:
+        raise SystemExit(f"{folder}: no finished runs")
+    if name != CORPORA and len(datasets) != 1:
+        raise SystemExit(f"{folder}: a sweep of one dataset is needed (found {datasets}); for several corpora with "
+                         f"their baselines, record them as --results {CORPORA}=<folder>")
+    if name == CORPORA:
+        try:
+            tables = {"corpora": corpora_table(folder, runs)}
+        except ValueError as e:
+            raise SystemExit(f"{folder}: {e}") from e
+    else:
+        found = answer(folder, runs, groups, datasets[0])
+        tables = {"variants": found.variants} | ({"against": found.against} if found.against is not None else {}) | (
+            {"pe": found.pe} if found.pe is not None else {})
     sweep = SweepRecord.read(folder)
     recorded = {
-        "dataset": datasets[0], "runs": len(runs),
+        "dataset": datasets if name == CORPORA else datasets[0], "runs": len(runs),
         "sweep_seconds": sweep.wall_seconds if sweep else None, "device": sorted(set(runs["device"].dropna())),
         "tables": {key: {"columns": [str(c) for c in frame.columns],
                          "rows": [["" if v is None or v != v else str(v) for v in row]
