@@ -412,6 +412,29 @@ def test_status_json_names_the_attempt_pid_and_host_and_a_second_start_is_refuse
         assert lifecycle.folder_state(run_dir) == lifecycle.RUNNING  # held: running, not killed
 
 
+def test_a_requeued_slurm_job_waits_for_its_previous_attempt_to_let_go_of_the_folder(tmp_path, monkeypatch):
+    """Slurm can start a requeued job while the attempt it killed is still exiting: the new attempt (status.json
+    names the same job) waits for the folder instead of refusing it; a start by another job is refused as before."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    files.write_json(run_dir / files.STATUS, {"state": lifecycle.RUNNING, "launch": "slurm 7"})
+    hold = "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('held', " \
+           "flush=True); time.sleep(4)"
+    holder = commands.start(["-c", hold, str(run_dir / files.LOCK)], cwd=tmp_path, fresh=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+        monkeypatch.setenv("SLURM_JOB_ID", "8")
+        with pytest.raises(RunFolderError, match="Another process"), lifecycle._lock(run_dir):
+            pytest.fail("another job got the folder")
+        monkeypatch.setenv("SLURM_JOB_ID", "7")
+        with lifecycle._lock(run_dir):
+            assert holder.poll() is not None  # only once the previous attempt had gone
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.slow
 def test_resume_naming_its_own_folder_continues_in_place(data_dir, tmp_path, uninterrupted, monkeypatch):
     run_dir = tmp_path / "run"

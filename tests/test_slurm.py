@@ -18,6 +18,7 @@ import pytest
 
 import commands
 from conftest import REPO, load_script, run_train
+from mha_textclf.runs import files
 from mha_textclf.runs.metrics import RunMetrics
 from search_fakes import assert_reports_describe, load_tiny_study, trial_folders_in, worker_command
 
@@ -97,6 +98,13 @@ def wait_for_submitit_job(sweep: Path, timeout: float = 120) -> str:
     raise AssertionError(f"no Slurm job submitted from {sweep} within {timeout} s")
 
 
+def what_happened(run_dir: Path) -> str:
+    """The run's status.json, the end of its log and of its jobs' logs: what a failure needs to be understood."""
+    logs = [run_dir / files.STATUS, run_dir / files.TRAIN_LOG, *sorted(run_dir.parent.glob(".submitit/*/*_log.*"))]
+    return "\n".join(f"--- {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-25:])
+                     for path in logs if path.is_file())
+
+
 def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(slurm_cluster, data_dir, tmp_path):
     """Preemption (USR2) and a requeue by the cluster (SIGTERM), each on its own job, both at once (most of the time is
     Slurm's requeue delay): each job continues in place, its sweep ends with its summary, and the run's history is that
@@ -128,8 +136,8 @@ def test_an_interrupted_job_is_requeued_and_ends_with_the_uninterrupted_history(
         assert launchers[signal_name].returncode == 0, outputs[signal_name][-3000:]
         # Slurm did requeue it
         assert "Restarts=1" in slurm("scontrol", "show", "job", jobs[signal_name], env=slurm_cluster.env)
-        assert pd.read_csv(sweep / "summary.csv")["status"].tolist() == ["ok"]
         run_dir = next(sweep.glob("0_*"))
+        assert pd.read_csv(sweep / "summary.csv")["status"].tolist() == ["ok"], what_happened(run_dir)
         history = pd.read_csv(run_dir / "history.csv")
         assert history["epoch"].tolist() == list(range(1, EPOCHS + 1))
         log = (run_dir / "train.log").read_text()

@@ -19,6 +19,7 @@ folder.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import os
 import shutil
@@ -41,6 +42,10 @@ log = logging.getLogger("train")
 
 
 RUNNING, INTERRUPTED, FAILED, FINISHED = "running", "interrupted", "failed", "finished"
+
+# How long a requeued Slurm job waits for its killed previous attempt to let go of the folder: Slurm sends SIGKILL
+# KillWait seconds (30 by default) after SIGTERM.
+REQUEUE_PATIENCE_S = 120.0
 
 
 @dataclass
@@ -208,18 +213,26 @@ def _lock(run_dir: Path) -> Iterator[None]:
     # flock, not a lock file's existence: the kernel releases it when the holder dies, so a SIGKILLed or preempted
     # run never leaves the folder locked.
     with (run_dir / files.LOCK).open("a") as f:
-        for wait in (0.1, 0.3, 1.0, None):  # a reader's brief probe (_locked) is no reason to refuse
+        # A reader's brief probe (_locked) is no reason to refuse. Nor is the previous attempt of this very Slurm job:
+        # Slurm can start a requeued job while the process it killed is still exiting, and refusing would end the job
+        # with nothing trained. It is waited for, a while.
+        requeued = launch_id() is not None and read_status(run_dir).get("launch") == launch_id()
+        deadline = time.monotonic() + (REQUEUE_PATIENCE_S if requeued else 1.4)
+        for tries in itertools.count():
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if wait is not None:
-                    time.sleep(wait)
-        else:
-            status = read_status(run_dir)
-            raise RunFolderError(f"Another process (pid {status.get('pid', '?')} on {status.get('host', '?')}) is "
-                                 f"running in {run_dir}. Wait for it to finish, stop it, or choose another folder "
-                                 "(hydra.run.dir=<folder>).") from None
+                if time.monotonic() >= deadline:
+                    status = read_status(run_dir)
+                    raise RunFolderError(
+                        f"Another process (pid {status.get('pid', '?')} on {status.get('host', '?')}) is running in "
+                        f"{run_dir}. Wait for it to finish, stop it, or choose another folder "
+                        "(hydra.run.dir=<folder>).") from None
+                if requeued and tries == 3:  # once, when a probe would have let go by now
+                    log.info(f"waiting up to {REQUEUE_PATIENCE_S:.0f} s for this job's previous attempt to let go "
+                             f"of {run_dir}")
+                time.sleep(min(0.1 * 3 ** tries, 5.0, max(deadline - time.monotonic(), 0)))
         try:
             yield
         finally:
