@@ -234,7 +234,8 @@ def test_data_rules_hold_for_every_app_that_reads_data():
 RANGES = {
     "model.d_model": ">0", "model.n_heads": ">0", "model.mlp_hidden": ">0", "model.dropout": "[0,1)",
     "model.embedding_dropout": "[0,1)", "model.token_dropout": "[0,1)", "model.token_dropout_keep": "≥0",
-    "model.mlp_dropout": "[0,1)", "data.val_fraction": "(0,1)", "data.test_fraction": "(0,1)",
+    "model.mlp_dropout": "[0,1)", "model.bigram_buckets": "≥0", "data.val_fraction": "(0,1)",
+    "data.test_fraction": "(0,1)",
     "data.max_length": ">2", "data.max_train_samples": ">0", "data.max_eval_samples": ">0",
     "tokenizer.vocab_size": ">0", "tokenizer.min_frequency": ">0", "trainer.epochs": ">0", "trainer.batch_size": ">0",
     "trainer.lr": ">0", "trainer.weight_decay": "≥0", "trainer.warmup_epochs": "≥0", "trainer.grad_clip": ">0",

@@ -100,16 +100,20 @@ def test_int8_test_accuracy_is_within_0_3_points_of_fp32(default_run, held_out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pe", [False, True])
-@pytest.mark.parametrize("variant", ["naive", "efficient", "torch"])
-def test_every_variant_with_and_without_pe_exports_the_function_torch_computes(variant, pe, default_run, held_out,
-                                                                                tmp_path):
+@pytest.mark.parametrize(("variant", "pe", "bigram_buckets"), [
+    *[(variant, pe, 0) for variant in ("naive", "efficient", "torch") for pe in (False, True)],
+    ("efficient", True, 997)])
+def test_every_variant_with_and_without_pe_exports_the_function_torch_computes(variant, pe, bigram_buckets,
+                                                                                default_run, held_out, tmp_path):
     """The trained weights in each variant (they share one parameterisation), with and without the positional
-    encoding (a buffer, not a weight); batches padded as a service sends them."""
+    encoding (a buffer, not a weight), and with hashed bigrams (random vectors: the hashing is what is exported);
+    batches padded as a service sends them."""
     import onnxruntime as ort
 
     trained = load_run(default_run)
-    model = TextClassifier(replace(trained.model.config, attention=variant, pe=pe)).eval()
+    torch.manual_seed(0)
+    model = TextClassifier(replace(trained.model.config, attention=variant, pe=pe,
+                                   bigram_buckets=bigram_buckets)).eval()
     outside = {k: v for k, v in trained.model.state_dict().items() if not k.startswith("attention.")}
     assert not model.load_state_dict(outside, strict=False).unexpected_keys
     model.attention.load_projections(trained.model.attention.projections())

@@ -13,9 +13,12 @@ from mha_textclf.settings import BY_TEXT_LENGTH
 CLS, SEP, PAD = 2, 3, 0
 
 
+# No token dropout, no bigrams: the model the tests reason about unless they ask for more.
+PLAIN = {"token_dropout": 0.0, "token_dropout_keep": 0, "bigram_buckets": 0}
+
 def build(variant="efficient", pe=False, seed=0, **overrides):
     torch.manual_seed(seed)
-    return TextClassifier(ModelConfig(**{"token_dropout": 0.0, "token_dropout_keep": 0} | overrides, vocab_size=50,
+    return TextClassifier(ModelConfig(**PLAIN | overrides, vocab_size=50,
                                       n_classes=5, attention=variant, d_model=16, n_heads=4, mlp_hidden=32, pe=pe,
                                       max_length=32, pad_id=PAD)).eval()
 
@@ -34,8 +37,9 @@ def batch(lengths, T=None, seed=0):
 @pytest.mark.unit
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("pe", [False, True])
-def test_logits_shape_and_padding_invariance(variant, pe):
-    model = build(variant, pe)
+@pytest.mark.parametrize("bigram_buckets", [0, 64])
+def test_logits_shape_and_padding_invariance(variant, pe, bigram_buckets):
+    model = build(variant, pe, bigram_buckets=bigram_buckets)
     ids, mask = batch([9, 5, 12])
     logits = model(ids, mask)
     assert logits.shape == (3, 5)
@@ -53,6 +57,36 @@ def test_word_order_matters_only_with_positional_encoding(variant):
     torch.testing.assert_close(bag(shuffled, mask), bag(ids, mask), atol=1e-5, rtol=1e-5)
     ordered = build(variant, pe=True)
     assert not torch.allclose(ordered(shuffled, mask), ordered(ids, mask), atol=1e-4)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_bigrams_tell_a_word_s_neighbours_apart_without_positional_encoding(variant):
+    """With hashed bigrams a bag of tokens becomes a bag of tokens and of adjacent pairs: reversing the words changes
+    the logits (every pair is new)."""
+    ids, mask = batch([10])
+    reversed_ = ids.clone()
+    reversed_[0, 1:9] = ids[0, 1:9].flip(0)
+    model = build(variant, pe=False, bigram_buckets=64)
+    assert not torch.allclose(model(reversed_, mask), model(ids, mask), atol=1e-4)
+
+
+@pytest.mark.unit
+def test_distinct_bigrams_get_distinct_buckets_and_none_has_cls_or_padding():
+    """With a bucket for each of the vocab² pairs, two pairs share a vector only if they are the same pair; [CLS] (no
+    left neighbour) and padding get bucket 0, whose vector is zero and never trained."""
+    model = build(pe=False, bigram_buckets=50 * 50).train()
+    ids, mask = batch([12, 7, 3, 9], T=14)
+    buckets = model.bigram_ids(ids)
+    previous = torch.cat([torch.full_like(ids[:, :1], PAD), ids[:, :-1]], dim=1)
+    has_pair = (previous != PAD) & (ids != PAD)
+    assert torch.equal(buckets == 0, ~has_pair)
+    pairs = {(int(a), int(b)): int(k) for a, b, k in zip(previous[has_pair], ids[has_pair], buckets[has_pair],
+                                                             strict=True)}
+    assert len(set(pairs.values())) == len(pairs)
+    model(ids, mask).sum().backward()
+    assert not model.bigrams.weight[0].any() and not model.bigrams.weight.grad[0].any()
+    assert model.bigrams.weight.grad[buckets[has_pair]].abs().sum(-1).gt(0).all()
 
 
 @pytest.mark.unit
@@ -210,7 +244,8 @@ def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_an
     torch.manual_seed(0)
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=5, d_model=16, n_heads=4,
                                        mlp_hidden=32, pe=False, max_length=200, pad_id=PAD,
-                                       token_dropout=BY_TEXT_LENGTH["model.token_dropout"][0]))  # the rest: defaults
+                                       token_dropout=BY_TEXT_LENGTH["model.token_dropout"][0],
+                                       bigram_buckets=0))  # the rest: defaults
     ids, mask = batch([21, 41, 161])  # [CLS] + n tokens: n = 20, 40, 160
     torch.manual_seed(3)
     trained = model.train()(ids, mask)
@@ -225,7 +260,7 @@ def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_an
 @pytest.mark.unit
 def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=2000, n_classes=5, d_model=64, n_heads=8,
-                                       pe=False, max_length=512, pad_id=PAD, token_dropout=0.0))
+                                       pe=False, max_length=512, pad_id=PAD, token_dropout=0.0, bigram_buckets=0))
     assert model.embedding_scale == 8.0
     weight = model.embedding.weight.detach().clone()
     assert weight[0].abs().sum() == 0  # the padding row
@@ -280,12 +315,15 @@ def test_attention_keys_see_the_scaled_embeddings_plus_the_whole_positional_enco
 @pytest.mark.parametrize("pe", [False, True])
 @pytest.mark.parametrize("cls_only", [False, True])
 @pytest.mark.parametrize("token_dropout", [0.0, 0.6])
-def test_compaction_gives_the_masked_logits_and_gradients(variant, pe, cls_only, token_dropout):
-    """Attending over the visible tokens only equals the masked computation over all of them, in training."""
+@pytest.mark.parametrize("bigram_buckets", [0, 64])
+def test_compaction_gives_the_masked_logits_and_gradients(variant, pe, cls_only, token_dropout, bigram_buckets):
+    """Attending over the visible tokens only equals the masked computation over all of them, in training (a kept
+    token keeps the bigram of its place in the text)."""
     ids, mask = batch([30, 3, 17, 9], T=32)  # texts of very different lengths, and padding
     models = {}
     for compact in (False, True):
-        models[compact] = build(variant, pe, cls_only=cls_only, token_dropout=token_dropout).train()
+        models[compact] = build(variant, pe, cls_only=cls_only, token_dropout=token_dropout,
+                                bigram_buckets=bigram_buckets).train()
         models[compact].compact = compact
     logits = {}
     for compact, model in models.items():
@@ -352,7 +390,8 @@ def test_a_model_as_built_attends_over_the_longest_visible_count_of_its_batch_no
     lengths, T = [60, 20, 45], 64  # [CLS] + n tokens, padded beyond the longest text
     torch.manual_seed(0)
     model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=5, d_model=16, n_heads=4, pe=True,
-                                       max_length=T, pad_id=PAD, token_dropout=0.75))  # keep: the schema's 32
+                                       max_length=T, pad_id=PAD, token_dropout=0.75,
+                                       bigram_buckets=0))  # keep: the schema's 32
     keys = []
     model.attention.register_forward_pre_hook(lambda module, args: keys.append(tuple(args[1].shape[:2])))
     ids, mask = batch(lengths, T=T)
@@ -389,8 +428,9 @@ def classifier_batches(draw):
 
 
 @settings(max_examples=20)
-@given(batch_=classifier_batches(), pe=st.booleans(), cls_only=st.booleans(), training=st.booleans())
-def test_the_three_variants_are_one_classifier_on_random_batches(batch_, pe, cls_only, training):
+@given(batch_=classifier_batches(), pe=st.booleans(), cls_only=st.booleans(), training=st.booleans(),
+       bigram_buckets=st.sampled_from([0, 7]))
+def test_the_three_variants_are_one_classifier_on_random_batches(batch_, pe, cls_only, training, bigram_buckets):
     """Same seed, any variant: the same logits and the same gradients, with or without PE, in training (compacted,
     the [CLS] query alone with cls_only) and in evaluation."""
     n_heads, ids, mask = batch_
@@ -399,7 +439,7 @@ def test_the_three_variants_are_one_classifier_on_random_batches(batch_, pe, cls
         torch.manual_seed(0)
         model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=3, d_model=16, n_heads=n_heads,
                                            mlp_hidden=8, pe=pe, max_length=20, pad_id=PAD, cls_only=cls_only,
-                                           token_dropout=0.0)).train(training)
+                                           token_dropout=0.0, bigram_buckets=bigram_buckets)).train(training)
         logits[variant] = model(ids, mask)
         logits[variant].logsumexp(-1).sum().backward()
         grads[variant] = {"embedding": model.embedding.weight.grad, "classifier": model.classifier[0].weight.grad}

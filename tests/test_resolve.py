@@ -99,7 +99,8 @@ def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_
 
 
 def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and_what_to_do():
-    with pytest.raises(ValueError, match=r"model\.d_model, model\.token_dropout left null: a setting that adapts"):
+    with pytest.raises(ValueError, match=r"model\.d_model, model\.token_dropout, model\.bigram_buckets left null: "
+                                         r"a setting that adapts"):
         ModelConfig(attention="efficient", vocab_size=50, n_classes=2, n_heads=2, pe=False, max_length=8, pad_id=0)
     with pytest.raises(ValueError, match=r"trainer\.epochs left null: .*give it a value, or let "
                                          r"resolve\.resolve decide it"):

@@ -1,5 +1,5 @@
-"""The classifier: Embedding → (+ sinusoidal PE, into the queries and keys) → multi-head self-attention → [CLS]
-vector → MLP."""
+"""The classifier: Embedding (+ hashed bigrams) → (+ sinusoidal PE, into the queries and keys) → multi-head
+self-attention → [CLS] vector → MLP."""
 
 from __future__ import annotations
 
@@ -66,6 +66,15 @@ class TextClassifier(nn.Module):
         with torch.no_grad():
             self.embedding.weight[config.pad_id].zero_()
         self.embedding_scale = math.sqrt(C)
+        # Bigrams give a token its left neighbour: "not good" and "good" become different vectors before attention
+        # averages them, which a single layer over single tokens cannot express (fastText, Joulin et al., 2017, add
+        # hashed n-gram vectors the same way). Bucket 0 stands for "no bigram" ([CLS], padding) and stays zero.
+        self.bigrams = None
+        if config.bigram_buckets:
+            self.bigrams = nn.Embedding(config.bigram_buckets + 1, C, padding_idx=0)
+            nn.init.normal_(self.bigrams.weight, std=C ** -0.5)
+            with torch.no_grad():
+                self.bigrams.weight[0].zero_()
         self.positional = SinusoidalPositionalEncoding(config.max_length, C) if config.pe else None
         self.attention = build_attention(config.attention, C, config.n_heads, bias=config.bias,
                                          dropout=config.dropout)
@@ -105,6 +114,7 @@ class TextClassifier(nn.Module):
             hidden = torch.rand(input_ids.shape, device=input_ids.device) < p  # (B, T)
             hidden[:, 0] = False
             mask = hidden if mask is None else mask | hidden
+        bigram_ids = self.bigram_ids(input_ids) if self.bigrams is not None else None  # (B, T)
         positions = None
         if self.compact and mask is not None and not need_weights:
             # A hidden or padding token is a key with weight exactly 0, and the classifier reads no query but
@@ -112,7 +122,12 @@ class TextClassifier(nn.Module):
             # falls from T² to Tv² per text (Tv: the visible tokens; at token dropout 0.75, a quarter of them).
             # Embedding and positional encoding keep each token's place in the text.
             input_ids, positions, mask = visible_tokens(input_ids, mask)  # (B, Tv) each
-        x = self.embedding(input_ids) * self.embedding_scale  # (B, T, C)
+            if bigram_ids is not None:  # each token keeps the bigram of its place in the text
+                bigram_ids = bigram_ids.gather(1, positions)  # (B, T) -> (B, Tv)
+        x = self.embedding(input_ids)  # (B, T, C)
+        if bigram_ids is not None:
+            x = x + self.bigrams(bigram_ids)  # (B, T, C)
+        x = x * self.embedding_scale
         x = self.embedding_dropout(x)  # zeroes random embedding entries while training (and rescales the rest)
         # Positions enter where attention decides where to look (queries and keys), not what it reads (values).
         # Added to the values too, each token's sinusoid would be averaged into the [CLS] vector the classifier
@@ -131,6 +146,16 @@ class TextClassifier(nn.Module):
         y, weights = self.attention(query, keys, x, key_padding_mask=mask, need_weights=need_weights)
         # [CLS] sits at position 0 of every sequence: its attention output summarises the text.
         return self.classifier(self.mlp_dropout(y[:, 0])), weights  # (B, C) -> (B, n_classes)
+
+    def bigram_ids(self, input_ids: Tensor) -> Tensor:
+        """Each token's bigram bucket (B, T): 1 + a hash of (previous token, token), or 0 where a side is padding
+        and at [CLS], which has no left neighbour."""
+        pad = self.config.pad_id
+        previous = torch.cat([torch.full_like(input_ids[:, :1], pad), input_ids[:, :-1]], dim=1)  # (B, T)
+        # The pair's number among all vocab² pairs, folded into the buckets: no two pairs share one where there are
+        # as many buckets as pairs.
+        ids = 1 + (previous * self.config.vocab_size + input_ids) % self.config.bigram_buckets  # (B, T)
+        return ids.masked_fill((previous == pad) | (input_ids == pad), 0)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

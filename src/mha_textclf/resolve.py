@@ -19,7 +19,16 @@ from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, TokenizerSettings, TrainSettings, flat, show, with_values
+from mha_textclf.settings import (
+    ADDED_SINCE,
+    BY_TEXT_LENGTH,
+    LONG_TEXT,
+    TokenizerSettings,
+    TrainSettings,
+    flat,
+    show,
+    with_values,
+)
 from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
 
 log = logging.getLogger("train")
@@ -81,7 +90,7 @@ def resolve(settings: TrainSettings, vocabulary: Decision | None, train_lengths:
     decisions = {"tokenizer.vocab_size": vocabulary} if vocabulary is not None else {}
     left = [key for key in BY_TEXT_LENGTH if values[key] is None]
     if left and saved is not None:
-        decisions |= {key: Decision(saved[key], CONTINUED) for key in left}
+        decisions |= {key: Decision((ADDED_SINCE | saved)[key], CONTINUED) for key in left}
     elif left:
         decisions |= {key: d for key, d in by_text_length(train_lengths).items() if key in left}
     for key, d in decisions.items():

@@ -87,8 +87,13 @@ ATTENTION_VARIANTS = ("naive", "efficient", "torch")
 # text, a different part at every pass, so the model gains from more passes, heavier dropout, wider vectors, smoothed
 # labels and the positions of what it sees; on short texts, which token dropout leaves whole
 # (model.token_dropout_keep), the same settings overfit. Measured on eight corpora (docs/own-data.md): 20 Newsgroups
-# +2.4 points of test accuracy, short-text corpora up to −3.
+# +2.4 points of test accuracy, short-text corpora up to −3. Short texts, the other way round, gain from hashed
+# bigrams (a word's neighbour is much of what a snippet says), long ones lose.
 LONG_TEXT = 128
+
+# Adaptive settings added since runs were first saved, with the value every run saved without them had: a continued
+# run, or a checkpoint, from before keeps computing what it computed.
+ADDED_SINCE = {"model.bigram_buckets": 0}
 
 
 @dataclass
@@ -113,6 +118,10 @@ class ModelSettings:
                                           "short texts (snippets, tweets) lose few or none", ge=0, decides="model")
     mlp_dropout: float = setting(0.0, "dropout on the [CLS] vector entering the classifier", ge=0, lt=1,
                                  decides="model")
+    bigram_buckets: int | None = setting(None, "hashed bigram embeddings (fastText's n-gram features): each token "
+                                               "adds the vector of its bigram with the token before it, one of this "
+                                               "many hashed buckets; 0: none; {null} (see trainer.epochs)", ge=0,
+                                         decides="model", by_length=(65536, 0))
     cls_only: bool = setting(False, "attend with the [CLS] query alone: O(T) instead of O(T²), the same logits and "
                                     "gradients while model.dropout is 0", decides="model")
 
@@ -170,8 +179,9 @@ class TrainerSettings:
     epochs: int | None = setting(None, "passes over the training split; {null} (its median "
                                        f"training text has {LONG_TEXT} tokens or more), which with model.d_model, "
                                        "model.token_dropout, trainer.label_smoothing and pe left null trains longer, "
-                                       "wider and more regularised, with positions (resolved once, logged and "
-                                       "written into config.yaml and metrics.json)", gt=0,
+                                       "wider and more regularised, with positions, and with model.bigram_buckets "
+                                       "without bigrams (resolved once, logged and written into config.yaml and "
+                                       "metrics.json)", gt=0,
                                  decides="training", continuable=True, by_length=(12, 24))
     batch_size: int = setting(32, "texts per optimiser step", gt=0, decides="training")
     lr: float = setting(3e-3, "AdamW's peak learning rate", gt=0, decides="training")

@@ -15,6 +15,7 @@ import torch
 from mha_textclf.errors import UserError
 from mha_textclf.model import ModelConfig, TextClassifier
 from mha_textclf.runs.files import write_atomically
+from mha_textclf.settings import ADDED_SINCE
 
 # Bumped whenever the same file would mean something else: /2 (and state /3) scale the embeddings by √d_model;
 # state /4 times training and validation apart in its history; /3 (state /5): positional encoding enters the
@@ -72,7 +73,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"{path} is not an mha-textclf checkpoint (expected format {CHECKPOINT_FORMAT!r}"
                         f"{_format_hint(checkpoint, CHECKPOINT_FORMAT)}).")
-    model = TextClassifier(ModelConfig(**checkpoint["model_config"]))
+    # A checkpoint from before a model setting was added was trained without what it adds.
+    added = {key.removeprefix("model."): value for key, value in ADDED_SINCE.items() if key.startswith("model.")}
+    model = TextClassifier(ModelConfig(**added | checkpoint["model_config"]))
     try:
         model.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as e:
