@@ -19,7 +19,7 @@ from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
 from mha_textclf.pipeline import build_model, prepare
 from mha_textclf.settings import TrainSettings
-from mha_textclf.training import seed_everything
+from mha_textclf.training import make_optimizer, seed_everything
 
 STEPS, WARMUP = 8, 2
 
@@ -51,14 +51,15 @@ def profile_steps(settings: TrainSettings) -> int:
     settings, corpus, tokenizer, loader = (prepared.settings, prepared.corpus, prepared.tokenizer,
                                            prepared.loaders["train"])
     batches = [batch for _, batch in zip(range(STEPS + WARMUP), loader, strict=False)]
-    print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, token dropout "
+    print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, bigram buckets "
+          f"{settings.model.bigram_buckets}, token dropout "
           f"{settings.model.token_dropout}, batch {settings.trainer.batch_size}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}\n")
     for compact in (False, True):
         torch.manual_seed(0)
         model = build_model(settings, corpus, tokenizer).train()
         model.compact = compact
-        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.trainer.lr)
+        optimizer = make_optimizer(model, settings.trainer)
         for batch in batches[:WARMUP]:
             step(model, optimizer, batch)
         with profile(activities=[ProfilerActivity.CPU]) as profiler:

@@ -190,3 +190,21 @@ def test_the_same_weights_make_the_same_file(tmp_path):
     checkpoint.atomic_save(state, tmp_path / "a.pt")
     checkpoint.atomic_save(state, tmp_path / "b.pt")
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+
+
+@pytest.mark.unit
+def test_a_checkpoint_saved_before_bigrams_existed_loads_as_the_model_without_them(tmp_path):
+    """model_config without bigram_buckets (saved before the setting was added): the same model, without bigrams,
+    computing what it computed; a config that names a bigram table gets one."""
+    model = build()
+    checkpoint.save_checkpoint(tmp_path / "model.pt", model, list("abcde"))
+    saved = torch.load(tmp_path / "model.pt", weights_only=True)
+    before = {k: v for k, v in saved["model_config"].items() if k != "bigram_buckets"}
+    torch.save(saved | {"model_config": before}, tmp_path / "before.pt")
+    loaded, _ = checkpoint.load_checkpoint(tmp_path / "before.pt")
+    ids = torch.randint(5, 50, (3, 10))
+    assert loaded.bigrams is None and loaded.config.bigram_buckets == 0
+    torch.testing.assert_close(loaded(ids), model(ids))
+    with_bigrams = TextClassifier(ModelConfig(**before | {"bigram_buckets": 64}))
+    checkpoint.save_checkpoint(tmp_path / "bigrams.pt", with_bigrams, list("abcde"))
+    assert checkpoint.load_checkpoint(tmp_path / "bigrams.pt")[0].config.bigram_buckets == 64

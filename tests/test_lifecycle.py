@@ -396,6 +396,30 @@ def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
     assert list(run_dir.iterdir()) == [run_dir / ".lock"]
 
 
+def test_a_run_saved_before_a_setting_existed_had_the_value_that_adds_nothing(tmp_path):
+    """A run folder whose config.yaml predates model.bigram_buckets: the same command finds its run (the run had no
+    bigrams); asking for bigrams is other settings, refused before anything in the folder changes."""
+    run_dir = tmp_path / "run"
+    settings = settings_for("experiment=smoke")
+
+    def saved_before_bigrams():
+        config = yaml.safe_load((run_dir / files.CONFIG).read_text())
+        del config["model"]["bigram_buckets"]
+        (run_dir / files.CONFIG).write_text(yaml.safe_dump(config))
+
+    with lifecycle.claim(run_dir, settings, []):
+        pass
+    saved_before_bigrams()
+    with lifecycle.claim(run_dir, settings, []):
+        pass
+    saved_before_bigrams()
+    before = fingerprint(run_dir)
+    with pytest.raises(RunFolderError, match=r"model\.bigram_buckets=0 there, 65536 now"), \
+            lifecycle.claim(run_dir, settings_for("experiment=smoke", "model.bigram_buckets=65536"), []):
+        pytest.fail("a run without bigrams was continued with them")
+    assert fingerprint(run_dir) == before
+
+
 def test_status_json_names_the_attempt_pid_and_host_and_a_second_start_is_refused_naming_them(tmp_path):
     """status.json holds the state, the attempt, pid and host; a second start while the first holds the folder is
     refused naming them: "Another process (pid ... on <host>) is running in ...". (The lock is an flock on an open file,

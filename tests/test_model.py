@@ -18,7 +18,7 @@ PLAIN = {"token_dropout": 0.0, "token_dropout_keep": 0, "bigram_buckets": 0}
 
 def build(variant="efficient", pe=False, seed=0, **overrides):
     torch.manual_seed(seed)
-    return TextClassifier(ModelConfig(**PLAIN | overrides, vocab_size=50,
+    return TextClassifier(ModelConfig(**PLAIN | {"vocab_size": 50} | overrides,
                                       n_classes=5, attention=variant, d_model=16, n_heads=4, mlp_hidden=32, pe=pe,
                                       max_length=32, pad_id=PAD)).eval()
 
@@ -72,21 +72,52 @@ def test_bigrams_tell_a_word_s_neighbours_apart_without_positional_encoding(vari
 
 
 @pytest.mark.unit
-def test_distinct_bigrams_get_distinct_buckets_and_none_has_cls_or_padding():
-    """With a bucket for each of the vocab² pairs, two pairs share a vector only if they are the same pair; [CLS] (no
-    left neighbour) and padding get bucket 0, whose vector is zero and never trained."""
-    model = build(pe=False, bigram_buckets=50 * 50).train()
+def test_cls_padding_and_pairs_with_a_hidden_left_token_have_no_bigram_and_bucket_0_is_never_trained():
+    """[CLS] (no left neighbour) and padding get bucket 0, whose vector is zero and never trained; so does a token
+    whose left neighbour token dropout hid, or the pair would show the hidden word after all."""
+    model = build(pe=False, bigram_buckets=64, token_dropout=0.5).train()
     ids, mask = batch([12, 7, 3, 9], T=14)
     buckets = model.bigram_ids(ids)
     previous = torch.cat([torch.full_like(ids[:, :1], PAD), ids[:, :-1]], dim=1)
-    has_pair = (previous != PAD) & (ids != PAD)
-    assert torch.equal(buckets == 0, ~has_pair)
-    pairs = {(int(a), int(b)): int(k) for a, b, k in zip(previous[has_pair], ids[has_pair], buckets[has_pair],
-                                                             strict=True)}
-    assert len(set(pairs.values())) == len(pairs)
+    assert torch.equal(buckets == 0, (previous == PAD) | (ids == PAD))
+    seen = []
+    model.bigrams.register_forward_hook(lambda module, args, out: seen.append(args[0]))
+    torch.manual_seed(5)
+    model.compact = False  # every position in place, to compare with the draws below
     model(ids, mask).sum().backward()
+    torch.manual_seed(5)
+    n = (~mask).sum(1, keepdim=True) - 1
+    hidden = torch.rand(ids.shape) < (1 - 0 / n.clamp(min=1)).clamp(0, 0.5)
+    hidden[:, 0] = False
+    left_hidden = torch.cat([torch.ones_like(mask[:, :1]), (mask | hidden)[:, :-1]], dim=1)
+    assert left_hidden[~mask].any() and torch.equal(seen[0], buckets.masked_fill(left_hidden, 0))
     assert not model.bigrams.weight[0].any() and not model.bigrams.weight.grad[0].any()
-    assert model.bigrams.weight.grad[buckets[has_pair]].abs().sum(-1).gt(0).all()
+
+
+def _distinct_expected(items: int, buckets: int) -> float:
+    """How many buckets `items` random draws fill, on average."""
+    return buckets * (1 - (1 - 1 / buckets) ** items)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("vocab", "buckets", "pairs"), [
+    (8192, 65536, "every left token before one right token"),  # sizes sharing factors of 2
+    (50, 10_000, "every pair"),  # a bucket count that is no power of 2
+    (5100, 65536, "every pair of 300 tokens"),
+])
+def test_bigrams_fill_the_buckets_as_random_draws_would(vocab, buckets, pairs):
+    """Pairs land in the buckets like random draws, whatever the vocabulary size and the bucket count: none of the
+    arithmetic's structure shows (a hash that kept only previous·vocab_size + token modulo the buckets told 8 of 8192
+    left tokens apart in 65536 buckets)."""
+    model = build(pe=False, bigram_buckets=buckets, vocab_size=vocab)
+    if pairs.startswith("every left"):
+        left, right = torch.arange(4, vocab), torch.full((vocab - 4,), 7)
+    else:
+        tokens = torch.arange(4, min(vocab, 304))
+        left, right = tokens.repeat_interleave(len(tokens)), tokens.repeat(len(tokens))
+    ids = torch.stack([torch.full_like(left, CLS), left, right], dim=1)  # (pairs, 3): [CLS] left right
+    filled = model.bigram_ids(ids)[:, 2].unique().numel()
+    assert filled >= 0.97 * _distinct_expected(len(left), buckets), (filled, len(left))
 
 
 @pytest.mark.unit

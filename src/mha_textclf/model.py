@@ -72,6 +72,10 @@ class TextClassifier(nn.Module):
         self.bigrams = None
         if config.bigram_buckets:
             self.bigrams = nn.Embedding(config.bigram_buckets + 1, C, padding_idx=0)
+            # Drawn from a generator of its own, so the weights a seed gives stay those of every variant; saved with
+            # them, so a model hashes its pairs as it was trained to whatever torch's generators become.
+            tables = torch.randint(0, 2 ** 31, (2, config.vocab_size), generator=torch.Generator().manual_seed(0))
+            self.register_buffer("bigram_hash", tables)  # (2, V): as a left, as a right neighbour
             nn.init.normal_(self.bigrams.weight, std=C ** -0.5)
             with torch.no_grad():
                 self.bigrams.weight[0].zero_()
@@ -114,7 +118,14 @@ class TextClassifier(nn.Module):
             hidden = torch.rand(input_ids.shape, device=input_ids.device) < p  # (B, T)
             hidden[:, 0] = False
             mask = hidden if mask is None else mask | hidden
-        bigram_ids = self.bigram_ids(input_ids) if self.bigrams is not None else None  # (B, T)
+        bigram_ids = None
+        if self.bigrams is not None:
+            bigram_ids = self.bigram_ids(input_ids)  # (B, T)
+            if mask is not None:
+                # A pair needs both its tokens: one whose left token is hidden (token dropout) or padding has none,
+                # or the pair would show the hidden word after all.
+                left_hidden = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)  # (B, T)
+                bigram_ids = bigram_ids.masked_fill(left_hidden, 0)
         positions = None
         if self.compact and mask is not None and not need_weights:
             # A hidden or padding token is a key with weight exactly 0, and the classifier reads no query but
@@ -149,12 +160,14 @@ class TextClassifier(nn.Module):
 
     def bigram_ids(self, input_ids: Tensor) -> Tensor:
         """Each token's bigram bucket (B, T): 1 + a hash of (previous token, token), or 0 where a side is padding
-        and at [CLS], which has no left neighbour."""
+        and at [CLS], which has no left neighbour (the forward pass also clears pairs whose left token is hidden)."""
         pad = self.config.pad_id
         previous = torch.cat([torch.full_like(input_ids[:, :1], pad), input_ids[:, :-1]], dim=1)  # (B, T)
-        # The pair's number among all vocab² pairs, folded into the buckets: no two pairs share one where there are
-        # as many buckets as pairs.
-        ids = 1 + (previous * self.config.vocab_size + input_ids) % self.config.bigram_buckets  # (B, T)
+        # Tabulation hashing: a random number for each token as a left and as a right neighbour, summed and folded
+        # into the buckets, fills them as random draws would whatever the two sizes. Arithmetic on the token ids
+        # would not (previous·vocab_size + token modulo 65536 buckets tells 8 of 8192 left tokens apart).
+        left, right = self.bigram_hash  # (V,) each
+        ids = 1 + (left[previous] + right[input_ids]) % self.config.bigram_buckets  # (B, T)
         return ids.masked_fill((previous == pad) | (input_ids == pad), 0)
 
     def num_parameters(self) -> int:

@@ -150,6 +150,13 @@ class StopOnSignal:
             previous(signal.SIGUSR2, None)
 
 
+def make_optimizer(model: nn.Module, config: TrainerSettings) -> torch.optim.AdamW:
+    """The optimiser training steps with (scripts/profile_step.py profiles the same)."""
+    # One fused kernel per step instead of a loop over tensors: what makes a large bigram table
+    # (model.bigram_buckets) affordable on the CPU, where the unfused update of every bucket dominates the step.
+    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True)
+
+
 def lr_factor(step: int, total_steps: int, warmup_steps: int, schedule: str) -> float:
     """Multiplier of the base learning rate at optimiser step `step` (0-based)."""
     if step < warmup_steps:
@@ -195,9 +202,7 @@ def fit(
     train_tokens (non-padding tokens).
     """
     require_decided(config, "trainer")
-    # One fused kernel per step instead of a loop over tensors: what makes a large bigram table
-    # (model.bigram_buckets) affordable on the CPU, where the unfused update of every bucket dominates the step.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True)
+    optimizer = make_optimizer(model, config)
     steps_per_epoch = len(train_loader)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
         step, config.epochs * steps_per_epoch, round(config.warmup_epochs * steps_per_epoch), config.schedule))

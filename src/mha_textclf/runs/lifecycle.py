@@ -36,7 +36,7 @@ from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_training_state
 from mha_textclf.runs.files import read_status
 from mha_textclf.runs.metrics import RunMetrics, read_metrics
-from mha_textclf.settings import ADAPTIVE, CONTINUABLE, TrainSettings, flat, show
+from mha_textclf.settings import ADAPTIVE, ADDED_SINCE, CONTINUABLE, TrainSettings, flat, show
 
 log = logging.getLogger("train")
 
@@ -122,7 +122,8 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Start
     # A requeued Slurm job runs its command again, overwrite=true included: it continues what its first start began.
     overwrite = settings.overwrite and not (launch_id() and status.get("launch") == launch_id())
     if has_run and not overwrite:
-        saved, now = flat(files.read_config(run_dir) or {}), flat(asdict(settings))
+        # A setting added since the run was saved: the run had the value that adds nothing.
+        saved, now = ADDED_SINCE | flat(files.read_config(run_dir) or {}), flat(asdict(settings))
         changed = changed_settings(saved, now)
         if changed:
             raise RunFolderError(
@@ -178,7 +179,7 @@ def resume_state(settings: TrainSettings) -> dict:
     """The training state of another run folder (`resume=`), after checking that this run asks for the same
     training; the message of a refusal is the command that resumes it."""
     state = load_training_state(Path(settings.resume).expanduser() / files.LAST)
-    saved, now = flat(state["metadata"]["config"]), flat(asdict(settings))
+    saved, now = ADDED_SINCE | flat(state["metadata"]["config"]), flat(asdict(settings))
     changed = changed_settings(saved, now)
     if changed:
         # Its own command line, plus the value it had for each setting it took by default (a default may have moved).
