@@ -135,6 +135,7 @@ def test_word_order_changes_probabilities_only_with_pe(runs):
     without, with_pe = (json.loads((runs[pe] / "order_probe.json").read_text()) for pe in (False, True))
     assert without["texts"] == with_pe["texts"] == PROBES
     assert without["max_abs_difference"] < 1e-6  # a bag of tokens: same up to float rounding
+    assert without["bigram_buckets"] == with_pe["bigram_buckets"] == 0  # bbc-news: no pairs either
     assert with_pe["max_abs_difference"] > 1e-5
     for pe, probe in ((False, without), (True, with_pe)):
         run = load_run(runs[pe])

@@ -95,6 +95,7 @@ def export_run(settings: ExportSettings) -> Path:
     meta = {"format": EXPORT_FORMAT, "class_names": class_names, "pad_id": model.config.pad_id,
             "max_length": model.config.max_length, "temperature": calibration.get("temperature"),
             "model": model.config.attention, "pe": model.config.pe, "vocab_size": model.config.vocab_size,
+            "bigram_buckets": model.config.bigram_buckets,
             "run_dir": str(run_dir.resolve()), "opset": OPSET, "versions": library_versions()}
     files.write_text(out / MODEL_CARD, model_card(run_dir, metrics, meta))
     files.write_json(out / EXPORT_JSON, meta)
@@ -117,8 +118,9 @@ def to_onnx(model: TextClassifier, path: Path) -> None:
 
 def quantize(fp32: Path, path: Path) -> None:
     """onnxruntime's dynamic quantization: int8 weights for the matrix products with a constant weight (the output
-    projection, the MLP) and the embedding table, activations quantized per call. The key and value projections stay
-    fp32: the exported graph splits their fused weight, so the quantizer does not see a constant."""
+    projection, the MLP) and the embedding tables (tokens, bigrams), activations quantized per call. The key and
+    value projections stay fp32: the exported graph splits their fused weight, so the quantizer does not see a
+    constant."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # The quantizer logs every tensor it leaves alone on the root logger, which Hydra's runs show at INFO.
@@ -147,10 +149,12 @@ def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
                    f"the softmax{measured}" if temperature else "None: the probabilities are the softmax of the "
                    "logits as trained, not calibrated.")
     positions = " (+ sinusoidal positional encoding in the queries and keys)" if meta["pe"] else ""
+    bigrams = (f" + hashed bigram embeddings ({meta['bigram_buckets']:,} buckets)" if meta.get("bigram_buckets")
+               else "")
     return f"""# Model card: {metrics.dataset} text classifier ({meta['model']}, pe={str(meta['pe']).lower()})
 
 ## Model
-Token embeddings{positions} → one multi-head self-attention layer
+Token embeddings{bigrams}{positions} → one multi-head self-attention layer
 ({meta['model']} variant) → the [CLS] vector → MLP, {metrics.params:,} parameters, trained from scratch (no
 pretrained weights) with a {meta['vocab_size']}-token WordPiece tokenizer learned on the training texts. Inputs: up
 to {meta['max_length']} tokens ([CLS] first, [SEP] last); a longer text is cut.

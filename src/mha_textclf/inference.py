@@ -89,12 +89,14 @@ def attention_map(model: TextClassifier, tokenizer, text: str) -> tuple[list[str
 def order_probe(model: TextClassifier, tokenizer, class_names: list[str], texts: list[str]) -> dict:
     """Class probabilities for texts that differ only in word order, and the largest difference between any two.
 
-    Without positional encoding attention sees a bag of tokens, so the difference is 0 up to float rounding.
+    Without positional encoding and without bigrams attention sees a bag of tokens, so the difference is 0 up to
+    float rounding.
     """
     probabilities = predict_proba(model, tokenizer, texts)
     return {
         "texts": texts,
         "pe": model.config.pe,
+        "bigram_buckets": model.config.bigram_buckets,
         "probabilities": {t: dict(zip(class_names, map(float, p), strict=True)) for t, p in zip(texts, probabilities,
                                                                                                   strict=True)},
         "max_abs_difference": float(np.ptp(probabilities, axis=0).max()),  # any two texts, not just the first

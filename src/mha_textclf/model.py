@@ -50,8 +50,8 @@ def visible_tokens(input_ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Ten
 
 
 class TextClassifier(nn.Module):
-    """Embedding → (+PE, into the queries and keys) → one multi-head self-attention layer → the [CLS] position's vector
-    → MLP → logits."""
+    """Embedding (+ hashed bigrams) → (+PE, into the queries and keys) → one multi-head self-attention layer → the
+    [CLS] position's vector → MLP → logits."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()

@@ -364,7 +364,7 @@ def calibrate(run_dir: Path, evaluations: dict, title: str) -> dict:
 
 def write_probes(settings: TrainSettings, run_dir: Path, model: TextClassifier, tokenizer,
                  class_names: list[str]) -> None:
-    """What the heads attend to, and whether word order changes the prediction (it cannot without PE)."""
+    """What the heads attend to, and whether word order changes the prediction (it cannot without PE or bigrams)."""
     for text in settings.probes.attention:
         tokens, weights = attention_map(model, tokenizer, text)
         figure = plot_attention(tokens, weights, title=f"{_title(settings)}: {text!r}")

@@ -231,8 +231,8 @@ def _lock(run_dir: Path) -> Iterator[None]:
                         f"{run_dir}. Wait for it to finish, stop it, or choose another folder "
                         "(hydra.run.dir=<folder>).") from None
                 if requeued and tries == 3:  # once, when a probe would have let go by now
-                    log.info(f"waiting up to {REQUEUE_PATIENCE_S:.0f} s for this job's previous attempt to let go "
-                             f"of {run_dir}")
+                    log.info(f"waiting up to {REQUEUE_PATIENCE_S:.0f} s for {run_dir}, held by another process of "
+                             f"this Slurm job (its previous attempt, if Slurm requeued it)")
                 time.sleep(min(0.1 * 3 ** tries, 5.0, max(deadline - time.monotonic(), 0)))
         try:
             yield
