@@ -88,8 +88,8 @@ ATTENTION_VARIANTS = ("naive", "efficient", "torch")
 # labels and the positions of what it sees; on short texts, which token dropout leaves whole
 # (model.token_dropout_keep), the same settings overfit. Measured on eight corpora (docs/own-data.md): 20 Newsgroups
 # +2.4 points of test accuracy, short-text corpora up to −3. Short texts, the other way round, gain from hashed
-# bigrams (a word's neighbour is much of what a snippet says); on long texts token dropout hides the left token of
-# most pairs, which then have none, and bbc-news lost 0.9 points with them (seed 0; 20 Newsgroups was not probed).
+# bigrams (a word's neighbour is much of what a snippet says); bbc-news lost 0.9 points with them (seed 0; 20
+# Newsgroups was not probed).
 LONG_TEXT = 128
 
 # Adaptive settings added since runs were first saved, with the value every run saved without them had: a continued
