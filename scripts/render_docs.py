@@ -83,12 +83,14 @@ def bbc_defaults() -> str:
 
 def by_length_rule() -> str:
     """The settings a corpus of long texts changes, and the threshold."""
-    from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, show
+    from mha_textclf.settings import BY_TEXT_LENGTH, CLASS_VIEWS, LONG_TEXT, MIN_EPOCHS, show
 
     rows = [[f"`{key}`", show(short), show(long)] for key, (short, long) in BY_TEXT_LENGTH.items()]
     header = ["setting left null", "most corpora", f"median training text of {LONG_TEXT} tokens or more"]
     return (markdown_table(header, rows) + "\n\nThe median counts `[CLS]` and `[SEP]` and cuts each text at "
-            "`data.max_length`, as the model sees it.")
+            "`data.max_length`, as the model sees it. `trainer.epochs` then takes no more passes than show each class "
+            f"about {CLASS_VIEWS:,} training texts on average, and at least {MIN_EPOCHS}: a corpus of n training texts "
+            f"in k classes trains for min(epochs, max({MIN_EPOCHS}, round({CLASS_VIEWS:,} · k / n))) passes.")
 
 
 MISTAKES = ["trainer.epoch=3", "trainer.warmup_epochs=abc", "+model.pe=true", "model.n_heads=5"]
@@ -124,7 +126,7 @@ def by_length_log() -> str:
     """The line the rule logs for 20 Newsgroups, whose median training text has 195 tokens (docs/own-data.md)."""
     from mha_textclf.resolve import by_text_length
 
-    decision = by_text_length([100, 195, 300])["trainer.epochs"]
+    decision = by_text_length([100, 195, 300], n_classes=20)["trainer.epochs"]
     return f"```\ntrainer.epochs={decision.value} (null: {decision.why})\n```"
 
 

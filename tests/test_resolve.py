@@ -32,11 +32,38 @@ class _DecidedError(Exception):
 ])
 def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_half_the_texts_at_128_tokens(lengths,
                                                                                                         long):
-    decided = resolve.by_text_length(lengths)
+    decided = resolve.by_text_length(lengths, n_classes=2)  # 2 or 3 texts a class: no cap on the epochs
     assert {k: d.value for k, d in decided.items()} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
     assert {d.why for d in decided.values()} == {
         f"the median training text has {np.median(lengths):g} tokens, "
         f"{'at least' if long else 'fewer than'} {LONG_TEXT}: {'a corpus of long texts' if long else 'short texts'}"}
+
+
+@pytest.mark.parametrize(("n_texts", "n_classes", "long", "epochs"), [
+    (8343, 3, False, 4),  # Rotten Tomatoes: 2,781 a class, 11,000 / 2,781 = 3.96 passes
+    (10418, 2, False, 4),  # the Chinese reviews: 2.1 passes, raised to the floor of 4
+    (3866, 2, False, 6),  # the election tweets: 5.69
+    (4113, 8, False, 12),  # Reuters R8: 21.4, above the 12 of short texts
+    (1044, 4, False, 12),  # the Slovenian comments
+    (8469, 20, True, 24),  # 20 Newsgroups: 26, above the 24 of long texts
+    (60000, 3, True, 4),  # long texts, large classes: 0.55
+    (12000, 2, True, 4),  # 1.83, rounded to 2, raised to 4
+    (4000, 2, True, 6),  # 5.5 rounds to 6 (round half to even)
+])
+def test_the_epochs_are_capped_by_how_many_texts_each_class_has(n_texts, n_classes, long, epochs):
+    """No more passes than show each class about 11,000 training texts on average, at least 4, and never more than
+    the text length's own value; the other settings are the text length's, and the reason says when the cap
+    decided."""
+    lengths = [LONG_TEXT if long else 20] * n_texts
+    decided = resolve.by_text_length(lengths, n_classes)
+    assert decided["trainer.epochs"].value == epochs
+    assert {k: d.value for k, d in decided.items() if k != "trainer.epochs"} == \
+        {k: v[long] for k, v in BY_TEXT_LENGTH.items() if k != "trainer.epochs"}
+    capped = epochs < BY_TEXT_LENGTH["trainer.epochs"][long]
+    assert ("capped" in decided["trainer.epochs"].why) is capped
+    if capped:
+        assert f"{n_texts} training texts in {n_classes} classes, {n_texts / n_classes:.0f} a class" in \
+            decided["trainer.epochs"].why
 
 
 @pytest.mark.parametrize("long_split", ["train", "validation"])

@@ -149,7 +149,8 @@ def prepare(settings: TrainSettings, device: torch.device, stage: Stages | None 
     with stage("encode"):
         loaders = make_loaders(settings, corpus, tokenizer, device, inputs)
     train_lengths = [len(ids) for ids in loaders["train"].dataset.input_ids]
-    return Prepared(corpus, tokenizer, loaders, resolve.resolve(settings, vocabulary, train_lengths, saved))
+    return Prepared(corpus, tokenizer, loaders, resolve.resolve(settings, vocabulary, train_lengths,
+                                                                     len(corpus.class_names), saved))
 
 
 def _fit_and_report(prepared: Prepared, run_dir: Path, state: dict | None, overrides: Sequence[str],

@@ -5,7 +5,8 @@ Two rules, in the order a run can apply them:
 - the vocabulary size (tokenizer.vocab_size), from the words and characters of the training texts, before there is
   a tokenizer (`vocabulary`);
 - the settings of long texts (`by_length` in the schema: settings.BY_TEXT_LENGTH), from how many tokens the training
-  texts have with that tokenizer (`resolve`, which also collects the first decision).
+  texts have with that tokenizer, the epochs also from how many texts each class has (`resolve`, which also collects
+  the first decision).
 
 A run that continues (in place or with resume=) keeps what it decided when it started, as its last.pt records it.
 """
@@ -22,7 +23,9 @@ from typing import Any
 from mha_textclf.settings import (
     ADDED_SINCE,
     BY_TEXT_LENGTH,
+    CLASS_VIEWS,
     LONG_TEXT,
+    MIN_EPOCHS,
     TokenizerSettings,
     TrainSettings,
     flat,
@@ -71,28 +74,38 @@ def tokenizer_settings(settings: TrainSettings, vocabulary: Decision | None) -> 
     return settings.tokenizer if vocabulary is None else replace(settings.tokenizer, vocab_size=vocabulary.value)
 
 
-def by_text_length(train_lengths: Sequence[int]) -> dict[str, Decision]:
+def by_text_length(train_lengths: Sequence[int], n_classes: int) -> dict[str, Decision]:
     """settings.BY_TEXT_LENGTH's values for a corpus whose training texts have these token counts: its second values
-    where their median is LONG_TEXT tokens or more (of an even count, the mean of the middle two)."""
+    where their median is LONG_TEXT tokens or more (of an even count, the mean of the middle two). The epochs are
+    then capped by the classes' size: no more passes than show each class CLASS_VIEWS training texts on average (of
+    `n_classes`), and at least MIN_EPOCHS."""
     median = statistics.median(train_lengths)
     long = median >= LONG_TEXT
     why = (f"the median training text has {median:g} tokens, {'at least' if long else 'fewer than'} {LONG_TEXT}: "
            f"{'a corpus of long texts' if long else 'short texts'}")
-    return {key: Decision(values[long], why) for key, values in BY_TEXT_LENGTH.items()}
+    decided = {key: Decision(values[long], why) for key, values in BY_TEXT_LENGTH.items()}
+    per_class = len(train_lengths) / n_classes
+    passes = max(MIN_EPOCHS, round(CLASS_VIEWS / per_class))
+    if passes < decided["trainer.epochs"].value:
+        decided["trainer.epochs"] = Decision(passes, f"{why}, capped: {len(train_lengths)} training texts in "
+                                                     f"{n_classes} classes, {per_class:.0f} a class, and {passes} "
+                                                     f"passes show each class about {CLASS_VIEWS} of them "
+                                                     f"(at least {MIN_EPOCHS})")
+    return decided
 
 
-def resolve(settings: TrainSettings, vocabulary: Decision | None, train_lengths: Sequence[int],
+def resolve(settings: TrainSettings, vocabulary: Decision | None, train_lengths: Sequence[int], n_classes: int,
             saved: Mapping | None = None) -> Resolved:
     """`settings` with every adaptive setting left null decided: the vocabulary size as `vocabulary` decided it, the
-    settings of long texts from `train_lengths` (the token count of each training text, as the model sees it), or,
-    for a continued run, from `saved` (its flattened config). Each decision is logged once."""
+    settings of long texts from `train_lengths` (the token count of each training text, as the model sees it) and
+    `n_classes`, or, for a continued run, from `saved` (its flattened config). Each decision is logged once."""
     values = flat(asdict(settings))
     decisions = {"tokenizer.vocab_size": vocabulary} if vocabulary is not None else {}
     left = [key for key in BY_TEXT_LENGTH if values[key] is None]
     if left and saved is not None:
         decisions |= {key: Decision((ADDED_SINCE | saved)[key], CONTINUED) for key in left}
     elif left:
-        decisions |= {key: d for key, d in by_text_length(train_lengths).items() if key in left}
+        decisions |= {key: d for key, d in by_text_length(train_lengths, n_classes).items() if key in left}
     for key, d in decisions.items():
         log.info(f"{key}={show(d.value)} (null: {d.why})")
     resolved = with_values(settings, {key: d.value for key, d in decisions.items()})
