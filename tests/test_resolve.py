@@ -91,6 +91,28 @@ def test_the_long_text_rule_counts_the_training_texts_not_the_evaluation_splits(
     assert {k: values[k] for k in BY_TEXT_LENGTH} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
 
 
+def test_a_run_caps_its_epochs_by_the_size_of_its_corpus_s_classes(tmp_path, monkeypatch, caplog):
+    """The epochs a run decides count its training texts and its classes: 3,000 short training texts in 2 classes
+    (validation and test given, so nothing is carved from them) train round(11,000 / 1,500) = 7 passes, and the log
+    says why (stopped before the model is built, nothing trained)."""
+    rows = {split: [{"text": f"w{i % 50} w{i % 7} w{i % 3}", "label": "ab"[i % 2]} for i in range(n)]
+            for split, n in (("train", 3000), ("validation", 20), ("test", 20))}
+    folder = write_jsonl(tmp_path / "data", rows)
+    decided = []
+
+    def build_model(settings, *args):
+        decided.append(settings)
+        raise _DecidedError
+
+    monkeypatch.setattr(train_module, "build_model", build_model)
+    caplog.set_level(logging.INFO)
+    with pytest.raises(_DecidedError):
+        train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
+    assert decided[0].trainer.epochs == 7
+    assert "trainer.epochs=7 (null: the median training text has 5 tokens, fewer than 128: short texts, capped: " \
+           "3000 training texts in 2 classes, 1500 a class" in caplog.text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("max_length", [128, 48])  # bbc-news articles cut at 128 tokens are long texts; at 48, short
 def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_same_command_continues(
