@@ -12,7 +12,7 @@ def build(variant="naive", pe=True):
     torch.manual_seed(0)
     return TextClassifier(ModelConfig(vocab_size=50, n_classes=5, attention=variant, d_model=16, n_heads=4,
                                       mlp_hidden=32, pe=pe, max_length=32, pad_id=0, token_dropout=0.75,
-                                      bigram_buckets=0)).eval()
+                                      embedding_dropout=0.0, mlp_dropout=0.0, bigram_buckets=0)).eval()
 
 
 def scheduler(optimizer):

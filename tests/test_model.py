@@ -13,8 +13,9 @@ from mha_textclf.settings import BY_TEXT_LENGTH
 CLS, SEP, PAD = 2, 3, 0
 
 
-# No token dropout, no bigrams: the model the tests reason about unless they ask for more.
-PLAIN = {"token_dropout": 0.0, "token_dropout_keep": 0, "bigram_buckets": 0}
+# No dropout of any kind, no bigrams: the model the tests reason about unless they ask for more.
+PLAIN = {"token_dropout": 0.0, "token_dropout_keep": 0, "embedding_dropout": 0.0, "mlp_dropout": 0.0,
+         "bigram_buckets": 0}
 
 def build(variant="efficient", pe=False, seed=0, **overrides):
     torch.manual_seed(seed)
@@ -270,7 +271,7 @@ def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_an
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=5, d_model=16, n_heads=4,
                                        mlp_hidden=32, pe=False, max_length=200, pad_id=PAD,
                                        token_dropout=BY_TEXT_LENGTH["model.token_dropout"][0],
-                                       bigram_buckets=0))  # the rest: defaults
+                                       embedding_dropout=0.0, mlp_dropout=0.0, bigram_buckets=0))  # the rest: defaults
     ids, mask = batch([21, 41, 161])  # [CLS] + n tokens: n = 20, 40, 160
     torch.manual_seed(3)
     trained = model.train()(ids, mask)
@@ -285,7 +286,8 @@ def test_at_the_defaults_a_text_of_n_tokens_is_hidden_with_min_three_quarters_an
 @pytest.mark.unit
 def test_embeddings_start_at_unit_scale_and_learn_at_sqrt_d_model():
     model = TextClassifier(ModelConfig(attention="efficient", vocab_size=2000, n_classes=5, d_model=64, n_heads=8,
-                                       pe=False, max_length=512, pad_id=PAD, token_dropout=0.0, bigram_buckets=0))
+                                       pe=False, max_length=512, pad_id=PAD, token_dropout=0.0, embedding_dropout=0.0,
+                                       mlp_dropout=0.0, bigram_buckets=0))
     assert model.embedding_scale == 8.0
     weight = model.embedding.weight.detach().clone()
     assert weight[0].abs().sum() == 0  # the padding row
@@ -415,8 +417,8 @@ def test_a_model_as_built_attends_over_the_longest_visible_count_of_its_batch_no
     lengths, T = [60, 20, 45], 64  # [CLS] + n tokens, padded beyond the longest text
     torch.manual_seed(0)
     model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=5, d_model=16, n_heads=4, pe=True,
-                                       max_length=T, pad_id=PAD, token_dropout=0.75,
-                                       bigram_buckets=0))  # keep: the schema's 32
+                                       max_length=T, pad_id=PAD, token_dropout=0.75, embedding_dropout=0.0,
+                                       mlp_dropout=0.0, bigram_buckets=0))  # keep: the schema's 32
     keys = []
     model.attention.register_forward_pre_hook(lambda module, args: keys.append(tuple(args[1].shape[:2])))
     ids, mask = batch(lengths, T=T)
@@ -464,7 +466,8 @@ def test_the_three_variants_are_one_classifier_on_random_batches(batch_, pe, cls
         torch.manual_seed(0)
         model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=3, d_model=16, n_heads=n_heads,
                                            mlp_hidden=8, pe=pe, max_length=20, pad_id=PAD, cls_only=cls_only,
-                                           token_dropout=0.0, bigram_buckets=bigram_buckets)).train(training)
+                                           token_dropout=0.0, embedding_dropout=0.0, mlp_dropout=0.0,
+                                           bigram_buckets=bigram_buckets)).train(training)
         logits[variant] = model(ids, mask)
         logits[variant].logsumexp(-1).sum().backward()
         grads[variant] = {"embedding": model.embedding.weight.grad, "classifier": model.classifier[0].weight.grad}

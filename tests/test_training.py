@@ -57,8 +57,9 @@ def interrupt_after(epoch):
     return callback
 
 
-# No token dropout, no bigrams: the model the tests reason about unless they ask for more.
-PLAIN = {"token_dropout": 0.0, "token_dropout_keep": 0, "bigram_buckets": 0}
+# No dropout of any kind, no bigrams: the model the tests reason about unless they ask for more.
+PLAIN = {"token_dropout": 0.0, "token_dropout_keep": 0, "embedding_dropout": 0.0, "mlp_dropout": 0.0,
+         "bigram_buckets": 0}
 
 def model(**overrides):
     torch.manual_seed(0)
@@ -529,7 +530,7 @@ def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
     net = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=2, d_model=16, n_heads=2,
                                      mlp_hidden=16, pe=True, max_length=32, pad_id=0, token_dropout=0.0,
                                      bigram_buckets=0,
-                                     **{setting: 0.5})).train()
+                                     **{"embedding_dropout": 0.0, "mlp_dropout": 0.0} | {setting: 0.5})).train()
     inputs = {}
 
     def record(name):
