@@ -573,6 +573,16 @@ def test_a_null_epoch_count_is_the_run_s_own_and_a_longer_one_with_a_decaying_sc
     assert lifecycle.changed_settings(saved, now | {"trainer.epochs": 4}) == ["trainer.epochs"]
 
 
+def test_a_run_saved_before_the_dropouts_adapted_is_the_same_run_for_a_command_that_leaves_them_null():
+    """Runs saved before model.embedding_dropout and model.mlp_dropout adapted to the corpus recorded them as 0.0: the
+    same command, which now leaves them null, continues that run; a value of its own is other settings."""
+    saved = flat(dataclasses.asdict(settings_for(*COMMON))) | {"model.embedding_dropout": 0.0, "model.mlp_dropout": 0.0}
+    now = flat(dataclasses.asdict(settings_for(*COMMON, "model.embedding_dropout=null", "model.mlp_dropout=null")))
+    assert now["model.embedding_dropout"] is None and now["model.mlp_dropout"] is None
+    assert lifecycle.changed_settings(saved, now) == []
+    assert lifecycle.changed_settings(saved, now | {"model.mlp_dropout": 0.2}) == ["model.mlp_dropout"]
+
+
 @pytest.mark.unit
 def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failure(tmp_path):
     """The run folder holds error.txt, saying what went wrong, only when the run stopped on an error; the same

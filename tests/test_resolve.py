@@ -48,7 +48,8 @@ def test_settings_that_adapt_to_text_length_take_their_long_text_values_from_hal
     (8469, 20, True, 24),  # 20 Newsgroups: 26, above the 24 of long texts
     (60000, 3, True, 4),  # long texts, large classes: 0.55
     (12000, 2, True, 4),  # 1.83, rounded to 2, raised to 4
-    (4000, 2, True, 6),  # 5.5 rounds to 6 (round half to even)
+    (4000, 2, True, 6),  # 5.5 rounds up to 6
+    (22000, 9, False, 5),  # 4.5 rounds up to 5 (half to even would give 4)
 ])
 def test_the_epochs_are_capped_by_how_many_texts_each_class_has(n_texts, n_classes, long, epochs):
     """No more passes than show each class about 11,000 training texts on average, at least 4, and never more than
@@ -60,10 +61,24 @@ def test_the_epochs_are_capped_by_how_many_texts_each_class_has(n_texts, n_class
     assert {k: d.value for k, d in decided.items() if k != "trainer.epochs"} == \
         {k: v[long] for k, v in BY_TEXT_LENGTH.items() if k != "trainer.epochs"}
     capped = epochs < BY_TEXT_LENGTH["trainer.epochs"][long]
-    assert ("capped" in decided["trainer.epochs"].why) is capped
+    why = decided["trainer.epochs"].why
+    assert ("capped" in why) is capped
     if capped:
-        assert f"{n_texts} training texts in {n_classes} classes, {n_texts / n_classes:.0f} a class" in \
-            decided["trainer.epochs"].why
+        assert f"{n_texts:,} training texts in {n_classes} classes, {n_texts / n_classes:,.0f} a class" in why
+        assert ("raised to the minimum of 4" in why) is (11000 * n_classes / n_texts < 3.5)
+
+
+def test_a_continued_run_keeps_the_epochs_and_dropouts_it_started_with_where_the_rules_would_now_say_otherwise():
+    """A run saved with 12 passes and no dropout, continued by a command that leaves them null, keeps them although
+    its 60,000 short texts in 2 classes would now be capped at 4 passes and take dropout."""
+    settings = settings_for("data=own", "data.path=/somewhere")
+    saved = {k: values[0] for k, values in BY_TEXT_LENGTH.items()} | {
+        "trainer.epochs": 12, "model.embedding_dropout": 0.0, "model.mlp_dropout": 0.0}
+    fresh = resolve.resolve(settings, None, [20] * 60000, 2)
+    assert fresh.settings.trainer.epochs == 4 and fresh.settings.model.mlp_dropout > 0
+    continued = resolve.resolve(settings, None, [20] * 60000, 2, saved)
+    assert {k: d.value for k, d in continued.decisions.items()} == saved
+    assert {d.why for d in continued.decisions.values()} == {resolve.CONTINUED}
 
 
 @pytest.mark.parametrize("long_split", ["train", "validation"])
@@ -110,7 +125,7 @@ def test_a_run_caps_its_epochs_by_the_size_of_its_corpus_s_classes(tmp_path, mon
         train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
     assert decided[0].trainer.epochs == 7
     assert "trainer.epochs=7 (null: the median training text has 5 tokens, fewer than 128: short texts, capped: " \
-           "3000 training texts in 2 classes, 1500 a class" in caplog.text
+           "3,000 training texts in 2 classes, 1,500 a class, and 7 passes show each class about 11,000" in caplog.text
 
 
 @pytest.mark.slow

@@ -126,7 +126,8 @@ class TextClassifier(nn.Module):
             # A hidden or padding token is a key with weight exactly 0, and the classifier reads no query but
             # [CLS]: dropping those tokens before attention changes no logit and no gradient, only the work, which
             # falls from T² to Tv² per text (Tv: the visible tokens; at token dropout 0.75, a quarter of them).
-            # Embedding and positional encoding keep each token's place in the text.
+            # Embedding and positional encoding keep each token's place in the text. (Embedding dropout, if on,
+            # then draws its mask over the visible tokens alone: the same distribution, other numbers.)
             input_ids, positions, mask = visible_tokens(input_ids, mask)  # (B, Tv) each
             if bigram_ids is not None:  # each token keeps the bigram of its place in the text
                 bigram_ids = bigram_ids.gather(1, positions)  # (B, T) -> (B, Tv)

@@ -14,6 +14,7 @@ A run that continues (in place or with resume=) keeps what it decided when it st
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -85,12 +86,14 @@ def by_text_length(train_lengths: Sequence[int], n_classes: int) -> dict[str, De
            f"{'a corpus of long texts' if long else 'short texts'}")
     decided = {key: Decision(values[long], why) for key, values in BY_TEXT_LENGTH.items()}
     per_class = len(train_lengths) / n_classes
-    passes = max(MIN_EPOCHS, round(CLASS_VIEWS / per_class))
+    showing = math.floor(CLASS_VIEWS / per_class + 0.5)  # rounded half up, as the docs write round()
+    passes = max(MIN_EPOCHS, showing)
     if passes < decided["trainer.epochs"].value:
-        decided["trainer.epochs"] = Decision(passes, f"{why}, capped: {len(train_lengths)} training texts in "
-                                                     f"{n_classes} classes, {per_class:.0f} a class, and {passes} "
-                                                     f"passes show each class about {CLASS_VIEWS} of them "
-                                                     f"(at least {MIN_EPOCHS})")
+        decided["trainer.epochs"] = Decision(passes, f"{why}, capped: {len(train_lengths):,} training texts in "
+                                                     f"{n_classes} classes, {per_class:,.0f} a class, and {showing} "
+                                                     f"passes show each class about {CLASS_VIEWS:,} of them"
+                                                     + (f", raised to the minimum of {MIN_EPOCHS}"
+                                                        if showing < MIN_EPOCHS else ""))
     return decided
 
 

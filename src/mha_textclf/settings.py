@@ -98,7 +98,7 @@ LONG_TEXT = 128
 # the Chinese reviews (2,800 and 5,200 training texts a class) peaked at epoch 2 of 12 and fell after. So
 # trainer.epochs left null takes no more passes than show each class about CLASS_VIEWS training texts on average, and
 # at least MIN_EPOCHS: 4 passes on those two corpora (+1.4 and +1.3 test points, 3 seeds), 6 on the election tweets,
-# and on the other corpora, whose classes have at most 1,000 texts, the value above (docs/own-data.md).
+# and on the other corpora, whose classes have at most 514 texts, the value above (docs/own-data.md).
 CLASS_VIEWS = 11_000
 MIN_EPOCHS = 4
 
@@ -194,8 +194,8 @@ class TrainerSettings:
                                        "wider and more regularised, with positions, and with model.bigram_buckets, "
                                        "model.embedding_dropout and model.mlp_dropout without bigrams and with "
                                        "token dropout alone; and never more passes than show each class about "
-                                       f"{CLASS_VIEWS} training texts on average (at least {MIN_EPOCHS}): fewer on a "
-                                       "corpus of large classes (resolved once, logged and written into config.yaml "
+                                       f"{CLASS_VIEWS:,} training texts on average (at least {MIN_EPOCHS}): fewer on "
+                                       "a corpus of large classes (resolved once, logged and written into config.yaml "
                                        "and metrics.json)", gt=0,
                                  decides="training", continuable=True, by_length=(12, 24))
     batch_size: int = setting(32, "texts per optimiser step", gt=0, decides="training")
