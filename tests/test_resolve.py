@@ -24,6 +24,22 @@ class _DecidedError(Exception):
     """Raised in place of building the model: the settings a run decided, before it trains."""
 
 
+def decided_settings(tmp_path, monkeypatch, rows: dict[str, list[dict]]):
+    """The settings `python -m train data=own` decides on a corpus of these rows, stopped before the model is built
+    (nothing trained)."""
+    decided = []
+
+    def build_model(settings, *args):
+        decided.append(settings)
+        raise _DecidedError
+
+    monkeypatch.setattr(train_module, "build_model", build_model)
+    with pytest.raises(_DecidedError):
+        train_in_process(tmp_path / "run", "data=own", "probes.attention=[]",
+                         data_dir=write_jsonl(tmp_path / "data", rows))
+    return decided[0]
+
+
 @pytest.mark.parametrize(("lengths", "long"), [
     ([LONG_TEXT] * 3 + [10] * 2, True),  # the median at the threshold: long
     ([LONG_TEXT - 1] * 3 + [1000] * 2, False),  # many very long texts, but not half
@@ -91,18 +107,9 @@ def test_the_long_text_rule_counts_the_training_texts_not_the_evaluation_splits(
     long_text, short_text = " ".join(words * 5), " ".join(words[:4])  # 200 words; 4
     rows = {split: [{"text": long_text if split == long_split else short_text, "label": label}
                     for label in ("a", "b") for _ in range(4)] for split in ("train", "validation", "test")}
-    folder = write_jsonl(tmp_path / "data", rows)
-    decided = []
-
-    def build_model(settings, *args):
-        decided.append(settings)
-        raise _DecidedError
-
-    monkeypatch.setattr(train_module, "build_model", build_model)
-    with pytest.raises(_DecidedError):
-        train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
+    decided = decided_settings(tmp_path, monkeypatch, rows)
     long = long_split == "train"
-    values = flat(dataclasses.asdict(decided[0]))
+    values = flat(dataclasses.asdict(decided))
     assert {k: values[k] for k in BY_TEXT_LENGTH} == {k: v[long] for k, v in BY_TEXT_LENGTH.items()}
 
 
@@ -112,18 +119,8 @@ def test_a_run_caps_its_epochs_by_the_size_of_its_corpus_s_classes(tmp_path, mon
     says why (stopped before the model is built, nothing trained)."""
     rows = {split: [{"text": f"w{i % 50} w{i % 7} w{i % 3}", "label": "ab"[i % 2]} for i in range(n)]
             for split, n in (("train", 3000), ("validation", 20), ("test", 20))}
-    folder = write_jsonl(tmp_path / "data", rows)
-    decided = []
-
-    def build_model(settings, *args):
-        decided.append(settings)
-        raise _DecidedError
-
-    monkeypatch.setattr(train_module, "build_model", build_model)
     caplog.set_level(logging.INFO)
-    with pytest.raises(_DecidedError):
-        train_in_process(tmp_path / "run", "data=own", "probes.attention=[]", data_dir=folder)
-    assert decided[0].trainer.epochs == 7
+    assert decided_settings(tmp_path, monkeypatch, rows).trainer.epochs == 7
     assert "trainer.epochs=7 (null: the median training text has 5 tokens, fewer than 128: short texts, capped: " \
            "3,000 training texts in 2 classes, 1,500 a class, and 7 passes show each class about 11,000" in caplog.text
 
