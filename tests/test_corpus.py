@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import re
+import socket
 from collections import Counter
 
 import datasets
@@ -207,6 +208,32 @@ def test_a_single_file_is_a_train_split_whatever_split_its_name_says(tmp_path, n
     assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (24, 8, 8)
     assert corpus.sources["train"] == "train split minus what was carved from it"
     assert corpus.sources["test"].startswith("carved from the train split: 20%")
+
+
+@pytest.mark.parametrize("suffix", sorted(corpus_module.FILE_FORMATS))
+def test_local_files_are_read_without_a_network_request(tmp_path, monkeypatch, suffix):
+    """Reading local files asks no server anything: the datasets library's count of its readers' use (a request to
+    the hub per split) waits for DNS on a node without internet. The library's setting is left as it was."""
+    lookups = []
+
+    def no_network(host, *args, **kwargs):
+        lookups.append(host)
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_UPDATE_DOWNLOAD_COUNTS", True)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    for split, rows_ in {"train": rows(8), "test": rows(4)}.items():
+        frame = pd.DataFrame(rows_)
+        path = tmp_path / f"{split}{suffix}"
+        if suffix == ".parquet":
+            frame.to_parquet(path)
+        elif suffix in (".csv", ".tsv"):
+            frame.to_csv(path, sep="\t" if suffix == ".tsv" else ",", index=False)
+        else:
+            frame.to_json(path, orient="records", lines=suffix == ".jsonl")
+    assert len(load(tmp_path).test) == 4
+    assert lookups == [] and datasets.config.HF_UPDATE_DOWNLOAD_COUNTS is True
 
 
 def test_a_hub_dataset_takes_the_same_path_after_loading(monkeypatch):

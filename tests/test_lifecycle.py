@@ -442,8 +442,9 @@ def test_a_requeued_slurm_job_waits_for_its_previous_attempt_to_let_go_of_the_fo
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     files.write_json(run_dir / files.STATUS, {"state": lifecycle.RUNNING, "launch": "slurm 7"})
+    # Held past the 1.4 s another job waits before it is refused, and no longer.
     hold = "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('held', " \
-           "flush=True); time.sleep(4)"
+           "flush=True); time.sleep(2.5)"
     holder = commands.start(["-c", hold, str(run_dir / files.LOCK)], cwd=tmp_path, fresh=True)
     try:
         assert holder.stdout.readline() == "held\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,8 +163,9 @@ def _load(path: str, name: str | None) -> dict:
             (builder, options), files = _local_files(local)
             # One split at a time: read together, every split takes the first one's columns, so a column missing
             # from validation.jsonl would come back as nulls (empty texts) instead of being refused.
-            return {split: datasets.load_dataset(builder, data_files={split: paths}, split=split, **options)
-                    for split, paths in files.items()}
+            with _offline_reader(datasets):
+                return {split: datasets.load_dataset(builder, data_files={split: paths}, split=split, **options)
+                        for split, paths in files.items()}
         if _looks_like_a_path(path):
             raise UserError(f"data.path={path!r} does not exist. Point data.path at a folder of labelled texts or "
                             f"at {KINDS} (for bbc-news, BBC_NEWS_PATH does the same), or give a Hugging Face hub id "
@@ -175,6 +177,19 @@ def _load(path: str, name: str | None) -> dict:
         raise UserError(f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\n"
                         + (_offline_hint() if not local.exists() else "Check that its files parse as their "
                            "extension says.")) from e
+
+
+@contextmanager
+def _offline_reader(datasets):
+    """Local files stay local: `load_dataset("json", ...)` counts each use of its packaged readers with a request to
+    the hub, even for local files, and on a node without internet that request waits for DNS (5 s, now and then)
+    before it fails, once per split."""
+    before = datasets.config.HF_UPDATE_DOWNLOAD_COUNTS
+    datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
+    try:
+        yield
+    finally:
+        datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = before
 
 
 def _saved_by_datasets(folder: Path) -> bool:
