@@ -212,17 +212,25 @@ def test_a_single_file_is_a_train_split_whatever_split_its_name_says(tmp_path, n
 
 @pytest.mark.parametrize("suffix", sorted(corpus_module.FILE_FORMATS))
 def test_local_files_are_read_without_a_network_request(tmp_path, monkeypatch, suffix):
-    """Reading local files asks no server anything: the datasets library's count of its readers' use (a request to
-    the hub per split) waits for DNS on a node without internet. The library's setting is left as it was."""
-    lookups = []
+    """Reading local files asks no server anything: the datasets library's count of its readers' use (a request per
+    split) waits for DNS on a node without internet. The library's setting is left as it was."""
+    import huggingface_hub
+
+    requests = []
 
     def no_network(host, *args, **kwargs):
-        lookups.append(host)
+        requests.append(str(host))
         raise OSError("no network in this test")
 
+    # Online as far as both libraries know, whatever the environment says (HF_HUB_OFFLINE=1 would stop the request
+    # before any lookup), and every request seen where it is sent, whether or not a kept-alive connection would spare
+    # it the lookup.
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_UPDATE_DOWNLOAD_COUNTS", True)
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    client = type(huggingface_hub.utils.get_session())
+    monkeypatch.setattr(client, "send", lambda self, request, **kwargs: no_network(request.url))
     for split, rows_ in {"train": rows(8), "test": rows(4)}.items():
         frame = pd.DataFrame(rows_)
         path = tmp_path / f"{split}{suffix}"
@@ -233,7 +241,7 @@ def test_local_files_are_read_without_a_network_request(tmp_path, monkeypatch, s
         else:
             frame.to_json(path, orient="records", lines=suffix == ".jsonl")
     assert len(load(tmp_path).test) == 4
-    assert lookups == [] and datasets.config.HF_UPDATE_DOWNLOAD_COUNTS is True
+    assert requests == [] and datasets.config.HF_UPDATE_DOWNLOAD_COUNTS is True
 
 
 def test_a_hub_dataset_takes_the_same_path_after_loading(monkeypatch):

@@ -442,7 +442,8 @@ def test_a_requeued_slurm_job_waits_for_its_previous_attempt_to_let_go_of_the_fo
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     files.write_json(run_dir / files.STATUS, {"state": lifecycle.RUNNING, "launch": "slurm 7"})
-    # Held past the 1.4 s another job waits before it is refused, and no longer.
+    # Held past the 1.4 s another job waits before it is refused, and let go before the same job's poll at about
+    # 2.7 s (1.4 s, then 0.1 + 0.3 + 0.9 s of backoff); held 4 s, the test waited for the next poll, at 5.4 s.
     hold = "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); print('held', " \
            "flush=True); time.sleep(2.5)"
     holder = commands.start(["-c", hold, str(run_dir / files.LOCK)], cwd=tmp_path, fresh=True)
@@ -454,7 +455,9 @@ def test_a_requeued_slurm_job_waits_for_its_previous_attempt_to_let_go_of_the_fo
             pytest.fail("another job got the folder")
         monkeypatch.setenv("SLURM_JOB_ID", "7")
         with lifecycle._lock(run_dir):
-            assert holder.poll() is not None  # only once the previous attempt had gone
+            # Only once the previous attempt let go, as it exited: it ends now, not after the rest of its sleep. (It
+            # lets go when its file closes, a few ms before it is gone, so poll() could still find it running.)
+            assert holder.wait(timeout=0.5) == 0
     finally:
         holder.kill()
         holder.wait()

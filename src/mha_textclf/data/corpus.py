@@ -182,8 +182,8 @@ def _load(path: str, name: str | None) -> dict:
 @contextmanager
 def _offline_reader(datasets):
     """Local files stay local: `load_dataset("json", ...)` counts each use of its packaged readers with a request to
-    the hub, even for local files, and on a node without internet that request waits for DNS (5 s, now and then)
-    before it fails, once per split."""
+    Hugging Face's servers, even for local files, and on a node without internet that request waits for DNS (5 s, now
+    and then) before it fails, once per split."""
     before = datasets.config.HF_UPDATE_DOWNLOAD_COUNTS
     datasets.config.HF_UPDATE_DOWNLOAD_COUNTS = False
     try:
