@@ -72,6 +72,11 @@ MISTAKES = [
     (["data.test_fraction=0"], "data.test_fraction=0: must be > 0"),
     (["time_to_accuracy=[0.9,95]"], "time_to_accuracy=[0.9,95]: accuracies lie in (0,1], e.g. [0.9,0.95]."),
     (["time_to_accuracy=[0,0.5]"], "time_to_accuracy=[0,0.5]: accuracies lie in (0,1]"),
+    # The shell expands ~ only at the start of a word: after key= it reaches Hydra, whose syntax refuses it.
+    (["data=own", "data.path=~/data/r8"], "the shell expands ~ only at the start of a word, and Hydra's syntax "
+                                          "refuses it here; write data.path=$HOME/data/r8."),
+    (["-m", "data.path=../corpus,~/data/r8"], "write data.path=../corpus,$HOME/data/r8."),
+    (["data=own", "data.path=~someone/corpus"], "quote the value: 'data.path=\"~someone/corpus\"'"),
 ]
 
 
@@ -80,6 +85,10 @@ def test_every_mistake_is_named_with_what_to_change(args, message):
     found = command_line_problems(*args)
     assert len(found) == 1, found
     assert message in found[0]
+
+
+def test_a_quoted_path_from_home_is_taken_as_it_is():
+    assert command_line_problems("data=own", 'data.path="~/data/r8"') == []
 
 
 def test_all_problems_come_in_one_message():

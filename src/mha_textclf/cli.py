@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import functools
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -105,10 +106,15 @@ def check_command_line(app: str, argv: list[str]) -> None:
     args, _ = get_args_parser().parse_known_args(argv)
     if args.help or args.hydra_help or args.info or args.shell_completion:
         return
+    parser = OverridesParser.create()
     try:
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
+        overrides = parser.parse_overrides(args.overrides)
     except Exception:
-        return  # a syntax error: Hydra's own message says where
+        # A syntax error: Hydra's own message says where, but not why a ~ is one.
+        home = [line for line in args.overrides if "~" in line and not _parses(parser, line)]
+        if home:
+            report(app, [_unexpanded_home(line) for line in home])
+        return
     found, clean, dropped = [], [], []
     for override in overrides:
         mistakes = check_override(SCHEMAS[app], override)
@@ -120,6 +126,23 @@ def check_command_line(app: str, argv: list[str]) -> None:
             found.append(problem)
     if found:
         report(app, found)
+
+
+def _parses(parser: OverridesParser, line: str) -> bool:
+    try:
+        parser.parse_overrides([line])
+    except Exception:
+        return False
+    return True
+
+
+def _unexpanded_home(line: str) -> str:
+    """The shell expands ~ only at the start of a word, so `data.path=~/corpus` reaches Hydra with its ~, which
+    Hydra's override syntax refuses outside quotes."""
+    key, _, value = line.partition("=")
+    home = re.sub(r"(^|,)~(?=/|,|$)", r"\1$HOME", value)
+    fix = f"write {key}={home}" if home != value else f"quote the value: '{key}=\"{value}\"'"
+    return f"{line}: the shell expands ~ only at the start of a word, and Hydra's syntax refuses it here; {fix}."
 
 
 def _is_group(key: str) -> bool:
