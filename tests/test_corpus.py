@@ -315,6 +315,35 @@ def test_an_empty_split_of_a_loaded_dataset_is_named(monkeypatch):
         load("someone/news")
 
 
+def test_a_column_of_texts_named_as_the_labels_is_refused_in_a_few_words(tmp_path):
+    """The text column given as data.label_column: nearly every value occurs once. Said in one line with an example,
+    not with the count of every text; a corpus of many small classes (R52-like) is not taken for one."""
+    records = [{"text": f"Ein ganz eigener Text, Nummer {i}, mit vielen Wörtern darin", "label": "sport"}
+               for i in range(180)]
+    write_jsonl(tmp_path / "texts", {"train": records})
+    with pytest.raises(UserError) as refused:
+        load(tmp_path / "texts", label_column="text")
+    message = str(refused.value)
+    assert message.startswith("Column 'text' of ") and "does not hold classes: 180 of its 180 training values " \
+        "occur once (e.g. 'Ein ganz eigener Text, Nummer" in message and len(message) < 400
+    assert message.endswith("Name the column of classes with data.label_column=<column>.")
+    # Many classes with a few texts each are classes: the carve keeps the classes that stand alone in train.
+    many = [{"text": f"text {i}", "label": f"topic {i % 20}"} for i in range(160)] + \
+        [{"text": f"one more {i}", "label": f"rare {i}"} for i in range(10)]
+    write_jsonl(tmp_path / "many", {"train": many, "test": many[:40]})
+    assert len(load(tmp_path / "many").class_names) == 30
+
+
+def test_a_carve_that_cannot_be_stratified_lists_the_smallest_classes_only(tmp_path):
+    records = [{"text": f"text {i}", "label": f"class {i % 40:02d}"} for i in range(80)]
+    write_jsonl(tmp_path / "small", {"train": records})
+    with pytest.raises(UserError) as refused:
+        load(tmp_path / "small", test_fraction=0.1)  # 8 texts for 40 classes
+    message = str(refused.value)
+    assert "with class counts {'class 00': 2, 'class 01': 2, " in message and "'class 10'" not in message
+    assert "'class 09': 2} and 30 more: the split needs at least one per class." in message
+
+
 def test_ambiguous_folders_are_clear_errors(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         load(tmp_path / "nowhere")
@@ -349,7 +378,9 @@ def test_a_refused_dataset_is_told_what_to_do_not_only_what_is_wrong(tmp_path):
     write_jsonl(tmp_path / "floats", {"train": [r | {"label": 0.5 + i % 2} for i, r in enumerate(rows(8))]})
     assert refusal(tmp_path / "floats").endswith("(e.g. 0.5, float); give class ids, class names, or a ClassLabel.")
     write_jsonl(tmp_path / "one-class", {"train": [r | {"label": 0} for r in rows(20)]})
-    assert refusal(tmp_path / "one-class").endswith("has a single class ('b'); a classifier needs at least two.")
+    assert refusal(tmp_path / "one-class").endswith("has a single class ('b'); a classifier needs at least two. "
+                                                    "Check that data.label_column ('label') names the column of "
+                                                    "classes.")
     write_jsonl(tmp_path / "unnamed", {"part1": rows(8), "part2": rows(8)})
     assert refusal(tmp_path / "unnamed").endswith(
         "none named after a split: ['part1.jsonl', 'part2.jsonl']. Name them train.*, test.* (and validation.*), or "

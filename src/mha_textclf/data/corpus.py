@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,10 @@ COMPRESSIONS = (".gz", ".bz2", ".xz")
 
 
 KINDS = "a .jsonl, .json, .csv, .tsv or .parquet file (compressed with gzip, bzip2 or xz too)"
+
+
+# How many classes an error lists, so that a column of thousands of values does not fill the screen.
+SHOWN_CLASSES = 10
 
 
 # A carved test split is the same texts for every run seed: seeds vary the model, not what it is tested on.
@@ -138,9 +143,12 @@ def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, cl
         keep, carved = train_test_split(texts[~alone], test_size=fraction, random_state=seed,
                                         stratify=labels[~alone])
     except ValueError as e:  # too few texts of a class, or fewer carved texts than classes
-        counts = dict(zip(class_names, np.bincount(split.labels, minlength=len(class_names)).tolist(), strict=True))
+        sizes = np.bincount(split.labels, minlength=len(class_names)).tolist()
+        counts = sorted(zip(sizes, class_names, strict=True))
+        shown = {name: n for n, name in counts[:SHOWN_CLASSES]}  # the fewest, which are what fails
+        more = f" and {len(counts) - SHOWN_CLASSES} more" if len(counts) > SHOWN_CLASSES else ""
         raise UserError(f"Cannot carve a stratified {what} split ({fraction:g} of {len(split)} training texts) from "
-                        f"{path!r} with class counts {counts}: the split needs "
+                        f"{path!r} with class counts {shown}{more}: the split needs "
                         f"at least one per class. Change {setting} or add data.") from e
     if alone.any():
         log.info(f"{what} split: {int(alone.sum())} classes have a single training text, which stays in train: "
@@ -304,7 +312,17 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
     classes = sorted(set(values["train"]))  # by id, or by name for string labels
     if len(classes) < 2:
         raise UserError(f"The train split of {path!r} has a single class ({names.get(classes[0], classes[0])!r}); "
-                        "a classifier needs at least two.")
+                        f"a classifier needs at least two. Check that data.label_column ({column!r}) names the "
+                        "column of classes.")
+    # A column of texts or ids named as the labels: most values occur once, and nothing could be learnt from them.
+    counts = Counter(values["train"])
+    once = [v for v, n in counts.items() if n == 1]
+    if len(values["train"]) >= 20 and len(once) > len(values["train"]) / 2:
+        example = str(once[0])
+        raise UserError(f"Column {column!r} of {path!r} does not hold classes: {len(once)} of its "
+                        f"{len(values['train'])} training values occur once (e.g. "
+                        f"{example[:60] + '...' if len(example) > 60 else example!r}). Name the column of classes "
+                        "with data.label_column=<column>.")
     index = {label: i for i, label in enumerate(classes)}
     for split, split_values in values.items():
         unknown = sorted({str(v) for v in split_values if v not in index})
