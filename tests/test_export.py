@@ -205,8 +205,16 @@ def test_a_folder_without_a_finished_model_is_refused_with_what_to_run(tmp_path)
     for name in ("model.pt", "tokenizer", "metrics.json"):
         (tmp_path / name).mkdir()
     with pytest.raises(UserError, match=r"is interrupted, not finished: export a run that finished training\. "
-                                        r"Finish it with the command that started it"):
+                                        r"Finish it with the command that started it, in its folder "
+                                        rf"\(hydra.run.dir={tmp_path}\)"):
         export_run(ExportSettings(run_dir=str(tmp_path)))
+    # Where Hydra recorded the overrides, the exact command that finishes it in place.
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- model=naive\n- pe=true\n")
+    with pytest.raises(UserError) as info:
+        export_run(ExportSettings(run_dir=str(tmp_path)))
+    assert f"Finish it in place: python -m train model=naive pe=true hydra.run.dir={tmp_path}; or train" in \
+        str(info.value)
 
 
 @pytest.mark.unit

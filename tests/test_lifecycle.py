@@ -696,9 +696,11 @@ def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monke
         interrupt_after_epoch(1, patch)
         train_in_process(part, *RESUME_COMMON, data_dir=data_dir)
     # The interrupted run prints the exact command that resumes it into a new folder: every setting it was given.
-    (printed,) = re.findall(r"into a new folder: (python -m train .*)$", caplog.text, re.MULTILINE)
+    # And the command that continues it in place, in its own folder (without it, Hydra would date a new one).
+    (in_place, printed) = re.findall(r"continue in place: (python -m train .*), or into a new folder: "
+                                     r"(python -m train .*)$", caplog.text, re.MULTILINE)[0]
     assert printed == f"python -m train {shlex.join(RESUME_COMMON)} resume={part}"
-    assert f"continue with the same command (it continues in {part})" in caplog.text
+    assert in_place == f"python -m train {shlex.join(RESUME_COMMON)} hydra.run.dir={part}"
     with pytest.raises(UserError, match="pe=true then, false now") as info:
         train_in_process(tmp_path / "again", *RESUME_COMMON[:-1], f"resume={part}", data_dir=data_dir)
     assert f"python -m train {shlex.join(RESUME_COMMON)} resume={part}" in str(info.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import shlex
 from pathlib import Path
 
 import torch
@@ -67,8 +68,12 @@ def check_run(run_dir: Path) -> None:
     missing = [name for name in (files.MODEL, files.TOKENIZER, files.METRICS) if not (run_dir / name).exists()]
     if missing or state not in (None, "finished"):
         why = f"lacks {', '.join(missing)}" if missing else f"is {state}, not finished"
-        raise UserError(f"{run_dir} {why}: export a run that finished training. Finish it with the command that "
-                        f"started it (it continues in place), or train one: python -m train")
+        args = _training_overrides(run_dir)
+        finish = (f"Finish it in place: {shlex.join(['python', '-m', 'train', *args, f'hydra.run.dir={run_dir}'])}"
+                  if args is not None else "Finish it with the command that started it, in its folder "
+                  f"(hydra.run.dir={run_dir})")
+        raise UserError(f"{run_dir} {why}: export a run that finished training. {finish}; or train one: "
+                        "python -m train")
 
 
 def export_run(settings: ExportSettings) -> Path:
@@ -133,10 +138,15 @@ def quantize(fp32: Path, path: Path) -> None:
         root.setLevel(level)
 
 
+def _training_overrides(run_dir: Path) -> list[str] | None:
+    """The overrides the run was trained with, as Hydra recorded them (None where it did not)."""
+    overrides = run_dir / files.HYDRA / "overrides.yaml"
+    return yaml.safe_load(overrides.read_text()) if overrides.is_file() else None
+
+
 def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
     """What the model is, how well it did on each split, and what it is for."""
-    overrides = run_dir / files.HYDRA / "overrides.yaml"
-    args = yaml.safe_load(overrides.read_text()) if overrides.is_file() else None
+    args = _training_overrides(run_dir)
     command = ("python -m train " + " ".join(args) if args is not None
                else "python -m train, with the settings in the run's config.yaml")
     splits = "\n".join(f"| {name} | {metrics.splits.get(name, '')} | {split.n_samples} | {split.accuracy:.4f} | "

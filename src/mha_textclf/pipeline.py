@@ -197,8 +197,10 @@ def _fit_and_report(prepared: Prepared, run_dir: Path, state: dict | None, overr
     log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
              f"train {metrics.train_seconds:.1f}s  ->  {run_dir}")
     if metrics.interrupted_by:
-        log.info(f"continue with the same command (it continues in {run_dir}), or into a new folder: "
-                 f"python -m train {shlex.join(metadata['overrides'])} resume={run_dir}")
+        # The folder is named in the command: the same command alone would start a new, dated folder.
+        command = shlex.join(["python", "-m", "train", *metadata["overrides"]])
+        log.info(f"continue in place: {command} {shlex.quote(f'hydra.run.dir={run_dir}')}, or into a new folder: "
+                 f"{command} {shlex.quote(f'resume={run_dir}')}")
     return metrics, stop
 
 

@@ -87,7 +87,8 @@ def run_row(run_dir: Path, root: Path) -> dict:
                       "model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
                       "seed": config.get("seed"), "status": state if state in (RUNNING, INTERRUPTED) else "failed",
                       "error": "running now" if state == RUNNING else
-                      "killed before it finished: run the same command again to continue it" if state == INTERRUPTED
+                      "killed before it finished: run the same command again into its folder (hydra.run.dir=, or the "
+                      "sweep's hydra.sweep.dir=) to continue it" if state == INTERRUPTED
                       else " ".join(error.read_text().split()) if error.exists() else
                       "no metrics.json and no error.txt"}
     try:
