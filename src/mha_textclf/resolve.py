@@ -61,7 +61,8 @@ class Resolved:
 
 def vocabulary(settings: TrainSettings, train_texts: Sequence[str], saved: Mapping | None = None) -> Decision | None:
     """The vocabulary size of a run that left it null (None when it is set), by the rule of
-    `tokenizer.resolve_vocab_size`; a continued run's is the one it started with (`saved`: its flattened config)."""
+    `tokenizer.vocabulary.resolve_vocab_size`; a continued run's is the one it started with (`saved`: its flattened
+    config)."""
     if settings.tokenizer.vocab_size is not None:
         return None
     if saved is not None:

@@ -152,8 +152,8 @@ class Trackers:
 
 
 def open_trackers(settings: LoggerSettings, run_dir: Path, experiment: str | None) -> Trackers:
-    """The loggers the settings ask for. `experiment`: the sweep's name for the jobs of a sweep, else None (then
-    logger.mlflow.experiment, or mha-textclf)."""
+    """The loggers the settings ask for. MLflow's experiment is logger.mlflow.experiment where it is set, else
+    `experiment` (the sweep's name for the jobs of a sweep, None for a single run), else mha-textclf."""
     trackers = []
     if settings.tensorboard.enabled:
         trackers.append(TensorBoardTracker(run_dir, settings.tensorboard.subdir))

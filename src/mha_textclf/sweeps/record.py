@@ -3,7 +3,7 @@ sweep folder), next to the training seconds its runs measured.
 
 Each job writes its own job.json where it runs, which works under every launcher (the basic one runs the jobs in
 the sweep's process, joblib in worker processes, submitit on other machines); only the multirun process sees the
-sweep from start to end, and it writes sweep.json once the last job has returned (`cli.SweepSummary`).
+sweep from start to end, and it writes sweep.json once the last job has returned (`sweeps.callback.SweepSummary`).
 """
 
 from __future__ import annotations
