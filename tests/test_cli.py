@@ -8,6 +8,7 @@ imported.
 """
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,7 +22,7 @@ import commands
 from conftest import REPO, compose_config, fingerprint, run_cli, write_jsonl
 from mha_textclf import cli
 from mha_textclf.errors import RunFolderError, UserError
-from mha_textclf.settings import TrainSettings
+from mha_textclf.settings import ADAPTIVE, TrainSettings, flat, show
 from settings_fakes import command_line_problems
 
 TINY = ["data.max_train_samples=32", "trainer.epochs=1", "probes.attention=[]", "data.max_length=128"]
@@ -115,9 +116,23 @@ def test_help_describes_every_setting(ran):
     result = ran["help"]
     assert result.returncode == 0
     assert "== Settings (key=value; default; meaning) ==" in result.stdout
-    assert "model: efficient, naive, torch" in result.stdout  # the variants, and no `base`
+    assert "model: efficient (default), naive, torch" in result.stdout  # the variants, and no `base`
     assert "trainer.epochs" in result.stdout and "data.val_fraction" in result.stdout
     assert "logger: many, mlflow, tensorboard" in result.stdout
+
+
+@pytest.mark.unit
+def test_help_says_what_the_default_corpus_fixes_of_the_settings_that_adapt():
+    """A plain run is not the schema's defaults: bbc-news' configs fix every setting that adapts. --help lists those
+    values as composing gives them, and data=own leaves each null."""
+    page = compose_config([], hydra_config=True).hydra.help.template
+    said = re.search(r"data=bbc_news, the default, fixes settings that adapt \(null below\) to the values it was "
+                     r"tuned with: (.*?) \(configs/data/bbc_news.yaml", " ".join(page.split())).group(1)
+    fixed = dict(item.split("=") for item in said.split(", "))
+    composed = flat(OmegaConf.to_container(compose_config([])))
+    own = flat(OmegaConf.to_container(compose_config(["data=own", "data.path=x"])))
+    assert set(fixed) == set(ADAPTIVE)
+    assert {key: show(composed[key]) for key in fixed} == fixed and all(own[key] is None for key in fixed)
 
 
 @pytest.mark.parametrize("app", ["predict", "search", "baseline"])
@@ -128,7 +143,8 @@ def test_the_other_commands_help_pages_describe_their_settings(app):
     if app == "search":
         assert "hparams_search: accuracy" in page and "n_trials" in page
     elif app == "baseline":  # scripts/baseline_tfidf.py --help: the data settings training takes, and its features
-        assert "data: bbc_news, chinese_reviews" in page and "data.text_column" in page
+        assert "data: bbc_news (default), chinese_reviews" in page and "data.text_column" in page
+        assert "fixes settings that adapt" not in page  # the baseline trains nothing: no tuned settings
         assert "features" in page and "wordpiece" in page and "model:" not in page
     else:
         assert "run_dir" in page and "model:" not in page

@@ -16,10 +16,12 @@ import functools
 import logging
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -81,15 +83,42 @@ def register(app: str) -> None:
     store.store(name=f"{app}_schema", node=SCHEMAS[app])
     # The help page is a string.Template ($APP_CONFIG_GROUPS) inside an OmegaConf node (${...}): escape both.
     table = checks.help_table(SCHEMAS[app]).replace("$", "$$").replace("${", "\\${")
+    defaults = _default_options(app)
     options = {group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml")) for group in GROUPS[app]}
-    groups = "".join(f"{group}: {', '.join(names)}\n" for group, names in options.items())
-    groups = f"== Config groups (group=option) ==\n{groups}\n" if groups else ""
+    groups = "".join(f"{group}: {', '.join(f'{n} (default)' if n == defaults.get(group) else n for n in names)}\n"
+                     for group, names in options.items())
+    groups = f"== Config groups (group=option) ==\n{groups}{_tuned_note(defaults)}\n" if groups else ""
     template = (f"{SCHEMAS[app].__doc__}\n\n{groups}== Settings (key=value; default; meaning) ==\n{table}\n\n"
                 f"== Examples ==\n{EXAMPLES[app]}\n\n"
                 "Mistakes are listed together with what to change, and exit with code 2. "
                 "Hydra's own flags: --hydra-help.\n")
     store.store(group="hydra/help", name=f"mha_{app}", node={"app_name": app, "header": "", "footer": "",
                                                              "template": template})
+
+
+def _default_options(app: str) -> dict[str, str]:
+    """Each config group's option in configs/<app>.yaml's defaults list; `optional tuned` (a group the data config
+    picks) under `tuned` when the list has it."""
+    entries = yaml.safe_load((CONFIG_DIR / f"{app}.yaml").read_text()).get("defaults", [])
+    pairs = (item for entry in entries if isinstance(entry, dict) for item in entry.items())
+    return {key.removeprefix("optional "): value for key, value in pairs if isinstance(value, str)}
+
+
+def _tuned_note(defaults: dict[str, str]) -> str:
+    """What the default data config fixes beyond its data (a global package), with its tuned file: the settings
+    below that adapt (null) take these values unless data= names another corpus."""
+    data = defaults.get("data")
+    tuned = CONFIG_DIR / "tuned" / f"{data}.yaml"
+    if defaults.get("tuned") != "${data}" or not tuned.is_file():
+        return ""
+    own = (CONFIG_DIR / "data" / f"{data}.yaml").read_text()
+    fixed = schema.flat(yaml.safe_load(own) or {}) if "@package _global_" in own else {}
+    fixed = {k: v for k, v in fixed.items() if not k.startswith("data.")}
+    fixed |= schema.flat(yaml.safe_load(tuned.read_text()))
+    values = ", ".join(f"{key}={schema.show(value)}" for key, value in fixed.items())
+    return textwrap.fill(f"data={data}, the default, fixes settings that adapt (null below) to the values it was "
+                         f"tuned with: {values} (configs/data/{data}.yaml, configs/tuned/{data}.yaml); data=own "
+                         "leaves them to adapt to your corpus.", 120) + "\n"
 
 
 def check_command_line(app: str, argv: list[str]) -> None:
