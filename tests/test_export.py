@@ -1,6 +1,7 @@
 """mha_textclf.export and mha_textclf.serving: a trained run as ONNX (fp32, int8), served without torch."""
 
 import json
+import logging
 import subprocess
 import sys
 from dataclasses import replace
@@ -104,10 +105,12 @@ def test_int8_test_accuracy_is_within_0_3_points_of_fp32(default_run, held_out):
     *[(variant, pe, 0) for variant in ("naive", "efficient", "torch") for pe in (False, True)],
     ("efficient", True, 997)])
 def test_every_variant_with_and_without_pe_exports_the_function_torch_computes(variant, pe, bigram_buckets,
-                                                                                default_run, held_out, tmp_path):
+                                                                                default_run, held_out, tmp_path,
+                                                                                caplog, capfd):
     """The trained weights in each variant (they share one parameterisation), with and without the positional
     encoding (a buffer, not a weight), and with hashed bigrams (random vectors: the hashing is what is exported);
-    batches padded as a service sends them."""
+    batches padded as a service sends them. Quietly, at the level Hydra's runs log at: the exporter's notes on
+    each node it folds, and its warnings about torchvision, are not the user's business."""
     import onnxruntime as ort
 
     trained = load_run(default_run)
@@ -117,7 +120,10 @@ def test_every_variant_with_and_without_pe_exports_the_function_torch_computes(v
     outside = {k: v for k, v in trained.model.state_dict().items() if not k.startswith("attention.")}
     assert not model.load_state_dict(outside, strict=False).unexpected_keys
     model.attention.load_projections(trained.model.attention.projections())
-    to_onnx(model, tmp_path / "model.onnx")
+    capfd.readouterr()
+    with caplog.at_level(logging.INFO):
+        to_onnx(model, tmp_path / "model.onnx")
+    assert caplog.records == [] and capfd.readouterr().err == ""
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     ids = encode(trained.tokenizer, held_out.texts, model.config.max_length)
     batches = list(padded_batches(ids, model.config.pad_id))

@@ -3,9 +3,11 @@ the class names and a model card, in the run's export/ folder. mha_textclf.servi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import shlex
+import warnings
 from pathlib import Path
 
 import torch
@@ -114,11 +116,27 @@ def to_onnx(model: TextClassifier, path: Path) -> None:
     wrapper = exportable(model)
     example = torch.full((2, 8), model.config.pad_id + 1, dtype=torch.long)  # any ids: the shapes are what counts
     batch, tokens = torch.export.Dim("batch"), torch.export.Dim("tokens", min=2, max=model.config.max_length)
-    with torch.no_grad():
+    with torch.no_grad(), _quiet("torch.onnx", "onnxscript", "onnx_ir"):
         program = torch.onnx.export(wrapper, (example,), dynamo=True, input_names=["input_ids"],
                                     output_names=["logits"], dynamic_shapes=({0: batch, 1: tokens},),
                                     opset_version=OPSET, verbose=False)
     program.save(str(path))
+
+
+@contextlib.contextmanager
+def _quiet(*loggers: str):
+    """Only errors from these loggers ("" the root) while exporting: the exporter and its optimiser note every node
+    they fold or deduplicate at INFO, which Hydra's runs show, and warn of torchvision ops this model has none of."""
+    saved = {name: logging.getLogger(name).level for name in loggers}
+    for name in loggers:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations, inside the exporter
+            yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def quantize(fp32: Path, path: Path) -> None:
@@ -128,14 +146,8 @@ def quantize(fp32: Path, path: Path) -> None:
     constant."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    # The quantizer logs every tensor it leaves alone on the root logger, which Hydra's runs show at INFO.
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
+    with _quiet(""):  # the quantizer logs every tensor it leaves alone on the root logger
         quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
-    finally:
-        root.setLevel(level)
 
 
 def _training_overrides(run_dir: Path) -> list[str] | None:
