@@ -104,6 +104,12 @@ def test_predict_reads_a_file(runs, tmp_path):
         predict(settings_for(f"run_dir={runs[False]}", "text=hello", f"out={tmp_path}", app="predict"))
     with pytest.raises(UserError, match="is not a folder"):
         predict(settings_for(f"run_dir={tmp_path / 'nowhere'}", "text=hello", app="predict"))
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    (failed / "status.json").write_text('{"state": "failed"}')
+    with pytest.raises(UserError, match=f"holds a run that failed before it saved a model; what went wrong is in "
+                                        f"{failed / 'error.txt'}"):
+        predict(settings_for(f"run_dir={failed}", "text=hello", app="predict"))
 
 
 @pytest.mark.slow

@@ -38,6 +38,9 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained
     device = resolve_device(device) if isinstance(device, str) else device
     if not run_dir.is_dir():
         raise UserError(f"run_dir={run_dir} is not a folder; pass a run folder such as outputs/runs/<run>.")
+    if not (run_dir / files.MODEL).is_file() and files.read_status(run_dir).get("state") == "failed":
+        raise UserError(f"{run_dir} holds a run that failed before it saved a model; what went wrong is in "
+                        f"{run_dir / files.ERROR}. Predict with a run that finished.")
     model, class_names = load_checkpoint(run_dir / files.MODEL, device)
     tokenizer = load_tokenizer(run_dir / files.TOKENIZER, model.config.max_length)
     if len(tokenizer) != model.config.vocab_size:
