@@ -10,6 +10,7 @@ import re
 import signal
 import time
 from collections import Counter
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,10 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
     run_dir = smoke_run.dir
     missing = [name for name in CONTRACT if not (run_dir / name).is_file()]
     assert not missing, f"missing from the run folder: {missing}"
+    # And nothing it holds is missing from the listing docs/runs.md renders (files.RUN_FOLDER).
+    listed = [name for entry in files.RUN_FOLDER for name in (re.sub(r"<\w+>", "*", entry.name.rstrip("/")),
+                                                               entry.pattern or "") if name]
+    assert [p.name for p in run_dir.iterdir() if not any(fnmatch(p.name, name) for name in listed)] == []
     # Each figure rendered whole (the shared run renders them; other tests draw theirs without rendering).
     assert all(min(png_size(path)) > 100 for path in run_dir.glob("*.png")) and len(list(run_dir.glob("*.png"))) == 5
 

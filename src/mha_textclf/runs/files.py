@@ -81,9 +81,12 @@ class RunFile:
 RUN_FOLDER = (
     RunFile(CONFIG, "every setting the run used, resolved (paths and ${...} filled in)", CONFIG),
     RunFile(STATUS, "running | interrupted | failed | finished, the attempt, pid and host (see below)", STATUS),
+    # Kept by overwrite=true: the process that overwrites holds it.
+    RunFile(LOCK, "empty: a live run's lock, which keeps a second process out (see below)", None),
     RunFile(f"{HYDRA}/", "Hydra's record: config.yaml (unresolved), hydra.yaml, overrides.yaml", HYDRA),
     # Hydra's log is appended to, a journal of the folder.
-    RunFile(TRAIN_LOG, "one line per epoch: losses, validation accuracy, training and validation seconds", None),
+    RunFile(TRAIN_LOG, "the log of every start: what was decided, a line per epoch (losses, validation accuracy, "
+            "training and validation seconds), the reports", None),
     RunFile(HISTORY, f"one row per epoch: {', '.join(HISTORY_COLUMNS)}", HISTORY),
     RunFile(LOSS_CURVE, "train and val loss per epoch, the reported epoch marked", LOSS_CURVE),
     RunFile(classification_report("<split>", "txt"), "sklearn report with class names (also .json) of the reported "
