@@ -288,6 +288,18 @@ def test_a_missing_label_column_names_the_columns_the_data_has_and_the_override_
     assert load(tmp_path, label_column="category", test_fraction=0.5, val_fraction=0.5).class_names == ["a", "b"]
 
 
+def test_a_csv_separated_by_semicolons_is_said_to_be(tmp_path):
+    rows_ = "\n".join(["inhalt;kategorie", *[f"Ein Text {i};{'ab'[i % 2]}" for i in range(20)]])
+    (tmp_path / "news.csv").write_text(rows_ + "\n")
+    with pytest.raises(UserError) as refused:
+        load(tmp_path / "news.csv", text_column="inhalt", label_column="kategorie")
+    assert str(refused.value).endswith("its columns are ['inhalt;kategorie']. Choose them with data.text_column="
+                                       "<column> (a list joins several with a space: data.text_column=[title,body]) "
+                                       "and data.label_column=<column>. Its header looks separated by ';', not by "
+                                       "commas: .csv files are read with commas and .tsv files with tabs; save it as "
+                                       "one of those.")
+
+
 def test_an_empty_file_is_refused_by_its_name(tmp_path):
     """An empty file, or a split that holds no rows, is refused before training, an empty file by its name: the
     message starts with that file's path, not its folder's (test_bad_data_is_a_clear_error reads "is empty" alone)."""

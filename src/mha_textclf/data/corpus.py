@@ -261,9 +261,13 @@ def _check_columns(dataset, columns: list[str], label_column: str, split: str, p
     have = list(dataset.column_names)
     missing = [c for c in [*columns, label_column] if c not in have]
     if missing:
+        # A file separated by ; or tabs read as a .csv comes as one column whose name holds every header.
+        joined = next((sep for sep in (";", "\t", "|") if len(have) == 1 and sep in have[0]), None)
+        hint = (f" Its header looks separated by {joined!r}, not by commas: .csv files are read with commas and "
+                ".tsv files with tabs; save it as one of those." if joined else "")
         raise UserError(f"The {split} split of {path!r} has no column {' or '.join(map(repr, missing))}; its "
                         f"columns are {have}. Choose them with data.text_column=<column> (a list joins several with "
-                        "a space: data.text_column=[title,body]) and data.label_column=<column>.")
+                        f"a space: data.text_column=[title,body]) and data.label_column=<column>.{hint}")
     if len(dataset) == 0:
         raise UserError(f"The {split} split of {path!r} is empty.")
 
