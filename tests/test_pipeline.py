@@ -688,3 +688,18 @@ def test_own_data_with_its_own_columns_string_labels_and_class_weights(tmp_path)
     assert min(history(run_dir), key=lambda r: r["val_loss"])["val_loss"] == pytest.approx(expected, rel=1e-5)
     table = predict(settings_for(f"run_dir={run_dir}", "text=[crude crude report,earn earn report]", app="predict"))
     assert list(table.columns) == ["text", *sorted(topics), "predicted"]
+
+
+@pytest.mark.slow
+def test_a_tokenizer_smaller_than_asked_is_said_with_both_sizes(smoke_run, caplog):
+    """Texts that hold fewer words and pieces than the vocabulary asked: config.yaml keeps the size asked, and the log
+    says the size the model has."""
+    from types import SimpleNamespace
+
+    settings = settings_for("experiment=smoke", "tokenizer.vocab_size=5000")
+    texts = [text[:300] for text in run_split(smoke_run.dir, "train").texts[:10]]
+    with caplog.at_level(logging.INFO, logger="train"):
+        tokenizer = train_module.prepare_tokenizer(settings, settings.tokenizer, SimpleNamespace(
+            train=SimpleNamespace(texts=texts)), None, None)
+    assert len(tokenizer) < 5000
+    assert f"the tokenizer learnt {len(tokenizer)} tokens of the 5000 asked" in caplog.text

@@ -262,6 +262,9 @@ def prepare_tokenizer(settings: TrainSettings, tokenizer_settings: TokenizerSett
         # tokenizer.json. Keyed by the settings as given: a size left null is decided from what the key holds.
         tokenizer = copy.deepcopy((inputs or InputCache()).get("tokenizer", settings, lambda: get_tokenizer(
             corpus.train.texts, tokenizer_settings, settings.data.max_length)))
+        if len(tokenizer) < tokenizer_settings.vocab_size:  # config.yaml keeps the size asked; the model, this one
+            log.info(f"the tokenizer learnt {len(tokenizer)} tokens of the {tokenizer_settings.vocab_size} asked: "
+                     "its training texts hold no more to learn, and the model's vocabulary is that size")
     if run_dir is not None:
         tokenizer.save_pretrained(run_dir / files.TOKENIZER)
     return tokenizer
