@@ -288,16 +288,23 @@ def test_a_missing_label_column_names_the_columns_the_data_has_and_the_override_
     assert load(tmp_path, label_column="category", test_fraction=0.5, val_fraction=0.5).class_names == ["a", "b"]
 
 
-def test_a_csv_separated_by_semicolons_is_said_to_be(tmp_path):
-    rows_ = "\n".join(["inhalt;kategorie", *[f"Ein Text {i};{'ab'[i % 2]}" for i in range(20)]])
+def test_a_csv_separated_by_semicolons_is_said_to_be_and_read_with_data_separator(tmp_path):
+    rows_ = "\n".join(["inhalt;kategorie", *[f"Ein Text Nummer {i};{'ab'[i % 2]}" for i in range(20)]])
     (tmp_path / "news.csv").write_text(rows_ + "\n")
     with pytest.raises(UserError) as refused:
         load(tmp_path / "news.csv", text_column="inhalt", label_column="kategorie")
     assert str(refused.value).endswith("its columns are ['inhalt;kategorie']. Choose them with data.text_column="
                                        "<column> (a list joins several with a space: data.text_column=[title,body]) "
-                                       "and data.label_column=<column>. Its header looks separated by ';', not by "
-                                       "commas: .csv files are read with commas and .tsv files with tabs; save it as "
-                                       "one of those.")
+                                       "and data.label_column=<column>. Its header looks separated by ';': .csv "
+                                       "files are read with commas and .tsv files with tabs unless data.separator "
+                                       "names another (data.separator=semicolon).")
+    corpus = load(tmp_path / "news.csv", text_column="inhalt", label_column="kategorie", separator="semicolon")
+    assert corpus.class_names == ["a", "b"] and "Ein Text Nummer 0" in corpus.train.texts + corpus.val.texts + \
+        corpus.test.texts
+    write_jsonl(tmp_path / "jsonl", {"train": rows(20)})
+    with pytest.raises(UserError, match=r"data.separator=semicolon is for .csv and .tsv files, and .* holds .jsonl "
+                                        "files; leave it out."):
+        load(tmp_path / "jsonl", separator="semicolon")
 
 
 def test_an_empty_file_is_refused_by_its_name(tmp_path):
@@ -526,7 +533,7 @@ def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
                                                  "label": [as_kind(v) for v in values]})
               for split, values in ids.items()}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(corpus_module, "_load", lambda path, name_: dict(loaded))
+        patch.setattr(corpus_module, "_load", lambda path, *_: dict(loaded))
         corpus = load("some/labels")
     expected = sorted(set(ids["train"]), key=lambda v: as_kind(v))
     assert corpus.class_names == [name(as_kind(v)) for v in expected]
@@ -540,7 +547,7 @@ def test_labels_of_any_kind_map_to_the_same_classes(splits, kind):
         with pytest.MonkeyPatch.context() as patch:
             loaded = {split: datasets.Dataset.from_dict({"text": [f"{split} text {i}" for i in range(len(values))],
                                                          "label": values}) for split, values in ids.items()}
-            patch.setattr(corpus_module, "_load", lambda path, name_: dict(loaded))
+            patch.setattr(corpus_module, "_load", lambda path, *_: dict(loaded))
             assert load("some/labels") == corpus
 
 

@@ -77,6 +77,10 @@ def setting(default: Any = NO_DEFAULT, help: str = "", *, decides: str | None = 
     return field(default=default, metadata=metadata)
 
 
+# data.separator's values: names, as the characters themselves need quotes on a command line that Hydra reads.
+SEPARATORS = {"comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
+
+
 # The names of attention.VARIANTS, here so that checking a command line needs no torch (a mistake is answered in a
 # second, not after importing it); attention.py builds its table from this tuple.
 ATTENTION_VARIANTS = ("naive", "efficient", "torch")
@@ -150,6 +154,9 @@ class DataSettings:
                                        "([title,body])", decides="corpus")
     label_column: str = setting("label", "the column holding the label: integer ids, class names, or a ClassLabel",
                                 decides="corpus")
+    separator: str | None = setting(None, "the column separator of .csv and .tsv files, by name; null: a comma for "
+                                          ".csv, a tab for .tsv", choices=(None, *SEPARATORS), decides="corpus",
+                                    names_folder=False)
     val_fraction: float = setting(0.25, "validation share carved from train (when the data has no validation "
                                         "split), stratified, with `seed`", gt=0, lt=1, decides="corpus")
     test_fraction: float = setting(0.2, "test share carved from train first (when the data has no test split), "

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from mha_textclf.errors import UserError
-from mha_textclf.settings import DataSettings
+from mha_textclf.settings import SEPARATORS, DataSettings
 
 log = logging.getLogger("mha_textclf.data")
 
@@ -81,7 +81,7 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
     every run on it.
     """
     path = settings.path
-    raw = _load(path, settings.name)
+    raw = _load(path, settings.name, settings.separator)
     columns = [settings.text_column] if isinstance(settings.text_column, str) else list(settings.text_column)
     twice = [[n for n in names if n in raw] for names in SPLIT_NAMES.values()]
     twice = [names for names in twice if len(names) > 1]
@@ -157,8 +157,9 @@ def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, cl
     return _take(split, keep), _take(split, carved)
 
 
-def _load(path: str, name: str | None) -> dict:
-    """The dataset's splits by the names it gives them, as `datasets.Dataset`s."""
+def _load(path: str, name: str | None, separator: str | None = None) -> dict:
+    """The dataset's splits by the names it gives them, as `datasets.Dataset`s; `separator` for .csv and .tsv files
+    (None: their own)."""
     import datasets  # slow to import; only loading needs it
 
     datasets.disable_progress_bars()
@@ -169,6 +170,12 @@ def _load(path: str, name: str | None) -> dict:
             return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
         if local.exists():
             (builder, options), files = _local_files(local)
+            if separator is not None:
+                if builder != "csv":
+                    kinds = sorted({_data_suffix(Path(p)) for paths in files.values() for p in paths})
+                    raise UserError(f"data.separator={separator} is for .csv and .tsv files, and {path!r} holds "
+                                    f"{', '.join(kinds)} files; leave it out.")
+                options = options | {"sep": SEPARATORS[separator]}
             # One split at a time: read together, every split takes the first one's columns, so a column missing
             # from validation.jsonl would come back as nulls (empty texts) instead of being refused.
             with _offline_reader(datasets):
@@ -262,9 +269,9 @@ def _check_columns(dataset, columns: list[str], label_column: str, split: str, p
     missing = [c for c in [*columns, label_column] if c not in have]
     if missing:
         # A file separated by ; or tabs read as a .csv comes as one column whose name holds every header.
-        joined = next((sep for sep in (";", "\t", "|") if len(have) == 1 and sep in have[0]), None)
-        hint = (f" Its header looks separated by {joined!r}, not by commas: .csv files are read with commas and "
-                ".tsv files with tabs; save it as one of those." if joined else "")
+        joined = next((name for name, sep in SEPARATORS.items() if len(have) == 1 and sep in have[0]), None)
+        hint = (f" Its header looks separated by {SEPARATORS[joined]!r}: .csv files are read with commas and .tsv "
+                f"files with tabs unless data.separator names another (data.separator={joined})." if joined else "")
         raise UserError(f"The {split} split of {path!r} has no column {' or '.join(map(repr, missing))}; its "
                         f"columns are {have}. Choose them with data.text_column=<column> (a list joins several with "
                         f"a space: data.text_column=[title,body]) and data.label_column=<column>.{hint}")
