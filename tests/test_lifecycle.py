@@ -713,8 +713,24 @@ def test_resume_with_other_settings_says_how_to_resume(data_dir, tmp_path, monke
     with monkeypatch.context() as patch, caplog.at_level(logging.INFO, logger="train"):
         interrupt_after_epoch(2, patch)
         train_in_process(resumed, *RESUME_COMMON, f"resume={part}", data_dir=data_dir)
-    (printed,) = re.findall(r"into a new folder: (python -m train .*)$", caplog.text, re.MULTILINE)
+    (in_place, printed) = re.findall(r"continue in place: (python -m train .*), or into a new folder: "
+                                     r"(python -m train .*)$", caplog.text, re.MULTILINE)[0]
     assert printed == f"python -m train {shlex.join(RESUME_COMMON)} resume={resumed}"
+    # In place, the command as given: had it stopped before an epoch of its own, only resume= would bring back part's.
+    assert in_place == f"python -m train {shlex.join(RESUME_COMMON)} resume={part} hydra.run.dir={resumed}"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("path", ["/runs/2026-11-21_17-40-02-123456_naive_pe-True", "/my runs/a", "/w/a(b", "/x,y",
+                                  "/it's", '/say "hi"', "/a~b", "/[x]", "/a=b", "/back\\slash", "/end\\", "/a#b&c"])
+def test_a_printed_command_gives_hydra_the_folder_as_it_is(path):
+    """Shell quoting alone leaves a path that holds Hydra's syntax (a space, a comma, brackets, ~) to be misread."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    command = shlex.split(lifecycle.train_command(["model=naive", "probes.attention=[]"], {"hydra.run.dir": path}))
+    assert command[:5] == ["python", "-m", "train", "model=naive", "probes.attention=[]"]
+    (folder,) = OverridesParser.create().parse_overrides(command[5:])
+    assert folder.key_or_group == "hydra.run.dir" and folder.value() == path and not folder.is_sweep_override()
 
 
 @pytest.mark.slow

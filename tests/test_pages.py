@@ -98,6 +98,17 @@ def test_a_run_refused_before_it_claimed_its_folder_reads_as_failed(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_run_stopped_by_a_signal_says_how_to_continue_it_in_its_folder(tmp_path):
+    """Not "the same command" alone: a single run's folder is dated, so that would start another."""
+    (tmp_path / "status.json").write_text(json.dumps({"state": "interrupted", "interrupted_by": "SIGINT",
+                                                      "epochs_done": 3}))
+    html = " ".join(write_run_page(tmp_path).path.read_text().split())
+    assert "after 3 epochs, stopped by SIGINT: run the same command again into its folder (hydra.run.dir=&lt;the " \
+           "folder&gt;; a sweep&#39;s job: the sweep&#39;s command with hydra.sweep.dir=&lt;the sweep folder&gt;) to " \
+           "continue it" in html
+
+
+@pytest.mark.unit
 def test_a_file_this_version_cannot_read_is_listed_and_the_rest_of_the_page_is_written(tmp_path):
     run = tmp_path / "run"
     fake_run(run, accuracy=0.75)

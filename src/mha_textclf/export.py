@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import shlex
 import warnings
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
 from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_checkpoint
+from mha_textclf.runs.lifecycle import train_command
 from mha_textclf.runs.metrics import RunMetrics, library_versions
 from mha_textclf.serving import (
     EXPORT,
@@ -71,9 +71,8 @@ def check_run(run_dir: Path) -> None:
     if missing or state not in (None, "finished"):
         why = f"lacks {', '.join(missing)}" if missing else f"is {state}, not finished"
         args = _training_overrides(run_dir)
-        finish = (f"Finish it in place: {shlex.join(['python', '-m', 'train', *args, f'hydra.run.dir={run_dir}'])}"
-                  if args is not None else "Finish it with the command that started it, in its folder "
-                  f"(hydra.run.dir={run_dir})")
+        finish = (f"Finish it in place: {train_command(args, {'hydra.run.dir': run_dir})}" if args is not None
+                  else f"Finish it with the command that started it, in its folder (hydra.run.dir={run_dir})")
         raise UserError(f"{run_dir} {why}: export a run that finished training. {finish}; or train one: "
                         "python -m train")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import shlex
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -197,10 +196,11 @@ def _fit_and_report(prepared: Prepared, run_dir: Path, state: dict | None, overr
     log.info(f"{status}val accuracy {metrics.val.accuracy:.4f}  test accuracy {metrics.test.accuracy:.4f}  "
              f"train {metrics.train_seconds:.1f}s  ->  {run_dir}")
     if metrics.interrupted_by:
-        # The folder is named in the command: the same command alone would start a new, dated folder.
-        command = shlex.join(["python", "-m", "train", *metadata["overrides"]])
-        log.info(f"continue in place: {command} {shlex.quote(f'hydra.run.dir={run_dir}')}, or into a new folder: "
-                 f"{command} {shlex.quote(f'resume={run_dir}')}")
+        # The folder is named in the command: the same command alone would start a new, dated folder. In place, the
+        # command as given (a run resumed from another that finished no epoch of its own still starts from that one).
+        in_place = lifecycle.train_command(list(overrides), {"hydra.run.dir": run_dir})
+        log.info(f"continue in place: {in_place}, or into a new folder: "
+                 f"{lifecycle.train_command(metadata['overrides'], {'resume': run_dir})}")
     return metrics, stop
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mha_textclf.pages.render import Image, png_file, write_page
 from mha_textclf.runs import files
-from mha_textclf.runs.lifecycle import folder_state
+from mha_textclf.runs.lifecycle import HOW_TO_CONTINUE, folder_state
 from mha_textclf.runs.metrics import METRICS_FORMAT, RunMetrics, read_metrics
 from mha_textclf.settings import flat
 
@@ -88,7 +88,7 @@ def run_context(run_dir: Path) -> dict:
         "per_class": {split: rows for split in SPLITS if (rows := _per_class(run_dir, split, missing, unfinished))},
         "loss_curve": loss_curve, "confusion": confusion, "reliability": reliability, "errors": errors,
         "worst": WORST_ERRORS, "attention": attention, "order_probe": _order_probe(run_dir, missing),
-        "settings": sorted(flat(config).items()), "missing": missing,
+        "settings": sorted(flat(config).items()), "missing": missing, "how_to_continue": HOW_TO_CONTINUE,
     }
 
 

@@ -22,6 +22,7 @@ import fcntl
 import itertools
 import logging
 import os
+import re
 import shutil
 import socket
 import time
@@ -158,6 +159,24 @@ def launch_id() -> str | None:
     return f"slurm {os.environ['SLURM_JOB_ID']}" if os.environ.get("SLURM_JOB_ID") else None
 
 
+# What a stopped run's summary row and page advise (the run's own log prints the exact command).
+HOW_TO_CONTINUE = ("run the same command again into its folder (hydra.run.dir=<the folder>; a sweep's job: the "
+                   "sweep's command with hydra.sweep.dir=<the sweep folder>) to continue it")
+
+
+def train_command(overrides: list[str], folders: dict[str, str | Path]) -> str:
+    """`python -m train` with `overrides` as given and `folders` (resume=, hydra.run.dir=), quoted for the shell and,
+    where a path holds what Hydra's syntax reads as syntax (a space, a comma, brackets), for Hydra too."""
+    def value(path: str | Path) -> str:
+        text = str(path)
+        if re.fullmatch(r"[\w./@%+:-]+", text):
+            return text
+        # Hydra's quoted strings: a quote is escaped, and so are the backslashes before a quote or the end.
+        return '"' + re.sub(r'(\\*)("|$)', lambda m: m[1] * 2 + ("\\" + m[2] if m[2] else ""), text) + '"'
+
+    return join(["python", "-m", "train", *overrides, *(f"{key}={value(path)}" for key, path in folders.items())])
+
+
 def differences(saved: dict, now: dict, keys: list[str], where: str) -> str:
     return "; ".join(f"{k}={show(saved[k])} {where}, {show(now[k])} now" for k in keys)
 
@@ -188,7 +207,7 @@ def resume_state(settings: TrainSettings) -> dict:
         repeat = original + [f"{k}={show(saved[k])}" for k in changed if k not in given]
         raise UserError(f"resume={settings.resume} continues a run with other settings "
                         f"({differences(saved, now, changed, 'then')}). Resume it with its own: "
-                        f"python -m train {join(repeat)} resume={settings.resume}")
+                        f"{train_command(repeat, {'resume': settings.resume})}")
     _check_epochs(state, settings)
     log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
     return state

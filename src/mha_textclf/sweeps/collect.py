@@ -11,7 +11,7 @@ import pandas as pd
 
 from mha_textclf.data.corpus import dataset_name
 from mha_textclf.runs import files
-from mha_textclf.runs.lifecycle import INTERRUPTED, RUNNING, folder_state
+from mha_textclf.runs.lifecycle import HOW_TO_CONTINUE, INTERRUPTED, RUNNING, folder_state
 from mha_textclf.runs.metrics import read_metrics
 from mha_textclf.settings import COLUMNS, flat, is_training_setting
 from mha_textclf.sweeps.record import JobRecord
@@ -87,8 +87,7 @@ def run_row(run_dir: Path, root: Path) -> dict:
                       "model": (config.get("model") or {}).get("attention"), "pe": config.get("pe"),
                       "seed": config.get("seed"), "status": state if state in (RUNNING, INTERRUPTED) else "failed",
                       "error": "running now" if state == RUNNING else
-                      "killed before it finished: run the same command again into its folder (hydra.run.dir=, or the "
-                      "sweep's hydra.sweep.dir=) to continue it" if state == INTERRUPTED
+                      f"killed before it finished: {HOW_TO_CONTINUE}" if state == INTERRUPTED
                       else " ".join(error.read_text().split()) if error.exists() else
                       "no metrics.json and no error.txt"}
     try:
