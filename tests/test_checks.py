@@ -76,7 +76,8 @@ MISTAKES = [
     (["data=own", "data.path=~/data/r8"], "the shell expands ~ only at the start of a word, and Hydra's syntax "
                                           "refuses it here; write data.path=$HOME/data/r8."),
     (["-m", "data.path=../corpus,~/data/r8"], "write data.path=../corpus,$HOME/data/r8."),
-    (["data=own", "data.path=~someone/corpus"], "quote the value: 'data.path=\"~someone/corpus\"'"),
+    (["-m", "data.path=choice(~/a,~/b)"], "write data.path=choice($HOME/a,$HOME/b)."),
+    (["data=own", "data.path=~someone/corpus"], "write 'data.path=\"~someone/corpus\"'."),
 ]
 
 
@@ -87,8 +88,10 @@ def test_every_mistake_is_named_with_what_to_change(args, message):
     assert message in found[0]
 
 
-def test_a_quoted_path_from_home_is_taken_as_it_is():
+def test_a_quoted_path_from_home_is_taken_as_it_is_and_a_tilde_inside_a_text_is_left_to_hydra():
     assert command_line_problems("data=own", 'data.path="~/data/r8"') == []
+    # No path from home to write another way: Hydra's own message, not advice about the shell.
+    assert command_line_problems("text=[a ~ b,c]", app="predict") == []
 
 
 def test_all_problems_come_in_one_message():

@@ -305,6 +305,11 @@ def test_a_csv_separated_by_semicolons_is_said_to_be_and_read_with_data_separato
     with pytest.raises(UserError, match=r"data.separator=semicolon is for .csv and .tsv files, and .* holds .jsonl "
                                         "files; leave it out."):
         load(tmp_path / "jsonl", separator="semicolon")
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows(20))}).save_to_disk(tmp_path / "saved")
+    with pytest.raises(UserError, match="is a folder written by save_to_disk; leave it out"):
+        load(tmp_path / "saved", separator="semicolon")
+    with pytest.raises(UserError, match="'someone/corpus' is not a local file; leave it out"):
+        load("someone/corpus", separator="semicolon")
 
 
 def test_an_empty_file_is_refused_by_its_name(tmp_path):
@@ -351,16 +356,25 @@ def test_a_column_of_texts_named_as_the_labels_is_refused_in_a_few_words(tmp_pat
         [{"text": f"one more {i}", "label": f"rare {i}"} for i in range(10)]
     write_jsonl(tmp_path / "many", {"train": many, "test": many[:40]})
     assert len(load(tmp_path / "many").class_names) == 30
+    # Nor is a one-shot corpus with its own splits: one training text per intent, each a name.
+    shots = {split: [{"text": f"{split} text {i}", "label": f"intent_{i}"} for i in range(40)]
+             for split in ("train", "validation", "test")}
+    write_jsonl(tmp_path / "one-shot", shots)
+    assert len(load(tmp_path / "one-shot").class_names) == 40
 
 
-def test_a_carve_that_cannot_be_stratified_lists_the_smallest_classes_only(tmp_path):
-    records = [{"text": f"text {i}", "label": f"class {i % 40:02d}"} for i in range(80)]
+def test_a_carve_that_cannot_be_stratified_says_why_and_lists_the_smallest_classes_it_carves_from(tmp_path):
+    """Classes of a single text stay in train (not what fails); the others number more than the texts carved."""
+    records = [{"text": f"text {i}", "label": f"class {i % 40:02d}"} for i in range(120)] + \
+        [{"text": f"alone {i}", "label": f"a rare {i:02d}"} for i in range(12)]
     write_jsonl(tmp_path / "small", {"train": records})
     with pytest.raises(UserError) as refused:
-        load(tmp_path / "small", test_fraction=0.1)  # 8 texts for 40 classes
+        load(tmp_path / "small", test_fraction=0.1)
     message = str(refused.value)
-    assert "with class counts {'class 00': 2, 'class 01': 2, " in message and "'class 10'" not in message
-    assert "'class 09': 2} and 30 more: the split needs at least one per class." in message
+    assert ": 0.1 of the 120 training texts in classes of two or more is 12 texts for 40 classes (class counts, " \
+           "fewest first: {'class 00': 3, 'class 01': 3, " in message
+    assert "'class 09': 3} and 30 more), and each side needs a text of each class. Change data.test_fraction or " \
+           "add data." in message and "rare" not in message
 
 
 def test_ambiguous_folders_are_clear_errors(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import functools
 import logging
+import os
 import re
 import sys
 import textwrap
@@ -140,9 +141,10 @@ def check_command_line(app: str, argv: list[str]) -> None:
         overrides = parser.parse_overrides(args.overrides)
     except Exception:
         # A syntax error: Hydra's own message says where, but not why a ~ is one.
-        home = [line for line in args.overrides if "~" in line and not _parses(parser, line)]
+        home = [why for line in args.overrides if "~" in line and not _parses(parser, line)
+                if (why := _unexpanded_home(parser, line))]
         if home:
-            report(app, [_unexpanded_home(line) for line in home])
+            report(app, home)
         return
     found, clean, dropped = [], [], []
     for override in overrides:
@@ -165,13 +167,25 @@ def _parses(parser: OverridesParser, line: str) -> bool:
     return True
 
 
-def _unexpanded_home(line: str) -> str:
+# A ~ that starts a path: the value's, or an item's of a sweep, a list or choice(...).
+HOME_PATH = re.compile(r"(^|[,(\[]\s*)~(?=/|,|\)|\]|$)")
+
+
+def _unexpanded_home(parser: OverridesParser, line: str) -> str | None:
     """The shell expands ~ only at the start of a word, so `data.path=~/corpus` reaches Hydra with its ~, which
-    Hydra's override syntax refuses outside quotes."""
+    Hydra's override syntax refuses outside quotes. None where no fix is sure to parse (Hydra's message stands)."""
     key, _, value = line.partition("=")
-    home = re.sub(r"(^|,)~(?=/|,|$)", r"\1$HOME", value)
-    fix = f"write {key}={home}" if home != value else f"quote the value: '{key}=\"{value}\"'"
-    return f"{line}: the shell expands ~ only at the start of a word, and Hydra's syntax refuses it here; {fix}."
+    if HOME_PATH.search(value):
+        fix = key + "=" + HOME_PATH.sub(r"\1$HOME", value)
+        typed = fix.replace("$HOME", os.path.expanduser("~"))  # what the shell hands Hydra
+    elif value.startswith("~") and not re.search(r"[,(\[]", value):  # ~user/...: one path, quoted whole
+        fix = typed = f"{key}=\"{value}\""
+        fix = f"'{fix}'"
+    else:
+        return None
+    if not _parses(parser, typed):
+        return None
+    return f"{line}: the shell expands ~ only at the start of a word, and Hydra's syntax refuses it here; write {fix}."
 
 
 def _is_group(key: str) -> bool:

@@ -142,14 +142,16 @@ def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, cl
     try:
         keep, carved = train_test_split(texts[~alone], test_size=fraction, random_state=seed,
                                         stratify=labels[~alone])
-    except ValueError as e:  # too few texts of a class, or fewer carved texts than classes
-        sizes = np.bincount(split.labels, minlength=len(class_names)).tolist()
-        counts = sorted(zip(sizes, class_names, strict=True))
-        shown = {name: n for n, name in counts[:SHOWN_CLASSES]}  # the fewest, which are what fails
+    except ValueError as e:  # fewer texts carved (or left) than classes to carve from
+        sizes = np.bincount(labels[~alone], minlength=len(class_names))
+        counts = sorted((int(sizes[i]), class_names[i]) for i in np.flatnonzero(sizes))
+        shown = {name: n for n, name in counts[:SHOWN_CLASSES]}  # the fewest first
         more = f" and {len(counts) - SHOWN_CLASSES} more" if len(counts) > SHOWN_CLASSES else ""
-        raise UserError(f"Cannot carve a stratified {what} split ({fraction:g} of {len(split)} training texts) from "
-                        f"{path!r} with class counts {shown}{more}: the split needs "
-                        f"at least one per class. Change {setting} or add data.") from e
+        n = int((~alone).sum())
+        raise UserError(f"Cannot carve a stratified {what} split from {path!r}: {fraction:g} of the {n} training "
+                        f"texts in classes of two or more is {math.ceil(fraction * n)} texts for {len(counts)} "
+                        f"classes (class counts, fewest first: {shown}{more}), and each side needs a text of each "
+                        f"class. Change {setting} or add data.") from e
     if alone.any():
         log.info(f"{what} split: {int(alone.sum())} classes have a single training text, which stays in train: "
                  f"{', '.join(class_names[label] for label in labels[alone])}")
@@ -164,6 +166,9 @@ def _load(path: str, name: str | None, separator: str | None = None) -> dict:
 
     datasets.disable_progress_bars()
     local = Path(path).expanduser()
+    if separator is not None and not (local.exists() and not (local.is_dir() and _saved_by_datasets(local))):
+        kind = "a folder written by save_to_disk" if local.exists() else "not a local file"
+        raise UserError(f"data.separator={separator} is for .csv and .tsv files, and {path!r} is {kind}; leave it out.")
     try:
         if local.is_dir() and _saved_by_datasets(local):
             loaded = datasets.load_from_disk(str(local))
@@ -325,11 +330,13 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
         raise UserError(f"The train split of {path!r} has a single class ({names.get(classes[0], classes[0])!r}); "
                         f"a classifier needs at least two. Check that data.label_column ({column!r}) names the "
                         "column of classes.")
-    # A column of texts or ids named as the labels: most values occur once, and nothing could be learnt from them.
+    # A column of texts named as the labels: most values occur once, and read like sentences (a few-shot corpus,
+    # one text per class, has names: it is not refused).
     counts = Counter(values["train"])
     once = [v for v, n in counts.items() if n == 1]
-    if len(values["train"]) >= 20 and len(once) > len(values["train"]) / 2:
-        example = str(once[0])
+    sentences = [v for v in once if isinstance(v, str) and len(v.split()) >= 3]
+    if len(values["train"]) >= 20 and len(once) > len(values["train"]) / 2 and len(sentences) > len(once) / 2:
+        example = sentences[0]
         raise UserError(f"Column {column!r} of {path!r} does not hold classes: {len(once)} of its "
                         f"{len(values['train'])} training values occur once (e.g. "
                         f"{example[:60] + '...' if len(example) > 60 else example!r}). Name the column of classes "
