@@ -179,8 +179,8 @@ def _unexpanded_home(parser: OverridesParser, line: str) -> str | None:
         fix = key + "=" + HOME_PATH.sub(r"\1$HOME", value)
         typed = fix.replace("$HOME", os.path.expanduser("~"))  # what the shell hands Hydra
     elif value.startswith("~") and not re.search(r"[,(\[]", value):  # ~user/...: one path, quoted whole
-        fix = typed = f"{key}=\"{value}\""
-        fix = f"'{fix}'"
+        typed = f'{key}="{value}"'
+        fix = f"'{typed}'"
     else:
         return None
     if not _parses(parser, typed):
