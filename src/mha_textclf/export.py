@@ -158,7 +158,7 @@ def _training_overrides(run_dir: Path) -> list[str] | None:
 def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
     """What the model is, how well it did on each split, and what it is for."""
     args = _training_overrides(run_dir)
-    command = ("python -m train " + " ".join(args) if args is not None
+    command = (train_command(args, {}) if args is not None
                else "python -m train, with the settings in the run's config.yaml")
     splits = "\n".join(f"| {name} | {metrics.splits.get(name, '')} | {split.n_samples} | {split.accuracy:.4f} | "
                        f"{split.macro_f1:.4f} |" for name, split in (("val", metrics.val), ("test", metrics.test)))

@@ -198,7 +198,7 @@ def _fit_and_report(prepared: Prepared, run_dir: Path, state: dict | None, overr
     if metrics.interrupted_by:
         # The folder is named in the command: the same command alone would start a new, dated folder. In place, the
         # command as given (a run resumed from another that finished no epoch of its own still starts from that one).
-        in_place = lifecycle.train_command(list(overrides), {"hydra.run.dir": run_dir})
+        in_place = lifecycle.train_command(overrides, {"hydra.run.dir": run_dir})
         log.info(f"continue in place: {in_place}, or into a new folder: "
                  f"{lifecycle.train_command(metadata['overrides'], {'resume': run_dir})}")
     return metrics, stop

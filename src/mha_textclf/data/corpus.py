@@ -166,11 +166,12 @@ def _load(path: str, name: str | None, separator: str | None = None) -> dict:
 
     datasets.disable_progress_bars()
     local = Path(path).expanduser()
-    if separator is not None and not (local.exists() and not (local.is_dir() and _saved_by_datasets(local))):
-        kind = "a folder written by save_to_disk" if local.exists() else "not a local file"
+    saved = local.is_dir() and _saved_by_datasets(local)
+    if separator is not None and (saved or not local.exists()):
+        kind = "a folder written by save_to_disk" if saved else "not a local file"
         raise UserError(f"data.separator={separator} is for .csv and .tsv files, and {path!r} is {kind}; leave it out.")
     try:
-        if local.is_dir() and _saved_by_datasets(local):
+        if saved:
             loaded = datasets.load_from_disk(str(local))
             return dict(loaded) if isinstance(loaded, datasets.DatasetDict) else {"train": loaded}
         if local.exists():

@@ -26,7 +26,7 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -164,7 +164,7 @@ HOW_TO_CONTINUE = ("run the same command again into its folder (hydra.run.dir=<t
                    "sweep's command with hydra.sweep.dir=<the sweep folder>) to continue it")
 
 
-def train_command(overrides: list[str], folders: dict[str, str | Path]) -> str:
+def train_command(overrides: Sequence[str], folders: dict[str, str | Path]) -> str:
     """`python -m train` with `overrides` as given and `folders` (resume=, hydra.run.dir=), quoted for the shell and,
     where a path holds what Hydra's syntax reads as syntax (a space, a comma, brackets), for Hydra too."""
     def value(path: str | Path) -> str:
