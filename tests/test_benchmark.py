@@ -5,7 +5,6 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -139,6 +138,7 @@ def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
     """metrics.json's `stages` give the process's peak memory during each stage in MiB, as the summaries' MB columns and
     the benchmark's tables read them: the kernel's VmRSS and VmHWM (kB) over 1024, read here from /proc/self/status
     around each call (not over 1000: 2.4% more, and every number in MB off by it)."""
+    import mmap
     from pathlib import Path
 
     import torch
@@ -155,11 +155,14 @@ def test_memory_is_measured_in_mib_the_kernel_s_kb_over_1024():
     before = kb("VmRSS")
     now = reset_peak_memory(cpu)
     assert min(before, kb("VmRSS")) / 1024 - 1 <= now <= max(before, kb("VmRSS")) / 1024 + 1
-    block = np.ones(64 * 2**20 // 8)  # 64 MiB more, every page written: resident
+    # 64 MiB of new pages, every one written: resident. A fresh mapping, not the heap, which may hand back pages a
+    # test before this one freed and that are still resident (then the peak would not move).
+    block = mmap.mmap(-1, 64 * 2**20)
+    block.write(b"\1" * len(block))
     low = kb("VmHWM")
     peak = peak_memory_mb(cpu)
     high = kb("VmHWM")
-    del block
+    block.close()
     assert low / 1024 <= peak <= high / 1024
     assert peak - now > 50  # the peak since the reset holds the block (at hundreds of MiB, 2.4% is many MiB)
 
