@@ -224,6 +224,29 @@ def test_a_folder_without_a_finished_model_is_refused_with_what_to_run(tmp_path)
 
 
 @pytest.mark.unit
+def test_a_failed_run_is_refused_naming_its_error_file_not_the_command_that_failed(tmp_path):
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- data.text_column=body\n")
+    (tmp_path / "status.json").write_text(json.dumps({"state": "failed"}))
+    with pytest.raises(UserError) as info:
+        export_run(ExportSettings(run_dir=str(tmp_path)))
+    assert f"holds a run that failed; what went wrong is in {tmp_path / 'error.txt'}" in str(info.value)
+    assert "python -m train" not in str(info.value)
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.unit
+def test_without_the_export_extra_the_export_says_what_to_install_and_writes_nothing(tmp_path, monkeypatch):
+    for name in ("model.pt", "tokenizer", "metrics.json"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed: imports and find_spec both fail
+    with pytest.raises(UserError, match=r"needs the optional packages of the `export` extra \(onnxscript missing "
+                                        r"here\): pip install -e \"\.\[export\]\"$"):
+        export_run(ExportSettings(run_dir=str(tmp_path)))
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.unit
 def test_a_run_without_an_export_or_with_another_version_s_says_what_to_run(tmp_path):
     with pytest.raises(UserError, match=rf"holds no export; make one with: python -m export run_dir={tmp_path}$"):
         ExportedModel.load(tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import logging
 import warnings
 from pathlib import Path
@@ -68,6 +69,9 @@ def check_run(run_dir: Path) -> None:
         raise UserError(f"run_dir={run_dir} is not a folder; pass a training run folder such as outputs/runs/<run>.")
     state = files.read_status(run_dir).get("state")
     missing = [name for name in (files.MODEL, files.TOKENIZER, files.METRICS) if not (run_dir / name).exists()]
+    if state == "failed":  # the command that started it would fail again: what went wrong comes first
+        raise UserError(f"{run_dir} holds a run that failed; what went wrong is in {run_dir / files.ERROR}. Export a "
+                        "run that finished training.")
     if missing or state not in (None, "finished"):
         why = f"lacks {', '.join(missing)}" if missing else f"is {state}, not finished"
         args = _training_overrides(run_dir)
@@ -77,11 +81,24 @@ def check_run(run_dir: Path) -> None:
                         "python -m train")
 
 
+# What torch's ONNX exporter and the int8 quantizer import: the `export` extra (pyproject.toml).
+EXPORT_MODULES = ("onnx", "onnxscript", "onnxruntime")
+
+
+def require_export_extra() -> None:
+    """Before anything is written: the exporter would fail deep inside torch, leaving an empty export/ behind."""
+    missing = [name for name in EXPORT_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"python -m export needs the optional packages of the `export` extra ({', '.join(missing)} "
+                        'missing here): pip install -e ".[export]"')
+
+
 def export_run(settings: ExportSettings) -> Path:
     """Write `settings.run_dir`/export/ and return it: model.onnx, model.int8.onnx, tokenizer.json, export.json
     (class names, [PAD], the longest input, the calibration temperature where the run has one), MODEL_CARD.md."""
     run_dir = Path(settings.run_dir).expanduser()
     check_run(run_dir)
+    require_export_extra()
     model, class_names = load_checkpoint(run_dir / files.MODEL, "cpu")
     tokenizer = load_tokenizer(run_dir / files.TOKENIZER, model.config.max_length)
     try:

@@ -334,7 +334,7 @@ class PredictSettings:
 
 @dataclass
 class ExportSettings:
-    """python -m export: a trained run as ONNX (fp32 and int8) with its tokenizer, class names and model card."""
+    """python -m export: a run as ONNX (fp32, int8), its tokenizer, classes, model card (pip install -e ".[export]")."""
 
     run_dir: str = setting(MISSING, "a finished training run folder (holds model.pt and tokenizer/); the export "
                                     "lands in its export/ folder")
