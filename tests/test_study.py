@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import sys
@@ -111,6 +112,24 @@ def test_a_mistake_in_the_shared_settings_or_the_space_stops_before_any_trial(tm
     settings.params = {"trainer.learning_rate": "interval(1e-3, 1e-2)"}
     with pytest.raises(UserError, match=r"params: trainer\.learning_rate is not a setting"):
         search(settings, tmp_path / "study")
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_space_that_reaches_values_a_setting_refuses_stops_before_any_trial_naming_each(tmp_path, monkeypatch):
+    """Every end of an interval or range and every choice is checked against its setting's bounds and choices, so
+    that no trial is spent on a value every run refuses; the trainer is never called."""
+    settings = study_settings(tmp_path, n_trials=2, pruning=False)
+    settings.params = {"model.token_dropout": "interval(0.5, 1.5)", "trainer.epochs": "range(0, 8, 4)",
+                       "model.n_heads": "choice(2, 4)", "trainer.lr": "tag(log, interval(1e-4, 1e-2))",
+                       "data.group_by_length": "choice(true, false)", "model": "choice(naive, efficient)"}
+    monkeypatch.setattr("mha_textclf.search.study.train", lambda *a, **k: pytest.fail("a trial ran"))
+    monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: None)
+    with pytest.raises(UserError) as info:
+        search(settings, tmp_path / "study")
+    assert str(info.value).splitlines() == [
+        "The search space reaches values the settings refuse:",
+        "  params.model.token_dropout=interval(0.5, 1.5): 1.5 must be < 1.",
+        "  params.trainer.epochs=range(0, 8, 4): 0 must be > 0."]
     assert not (tmp_path / "study").exists()
 
 
@@ -477,3 +496,20 @@ def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, capl
         log = (tmp_path / "study" / folder / "train.log").read_text()
         lr = as_override("trainer.lr", trial.params["trainer.lr"])
         assert [line.split(" - ", 1)[1] for line in log.splitlines()] == [f"training {folder} with {lr}"]
+
+
+def test_a_trial_that_breaks_a_rule_says_why_in_its_own_train_log(tmp_path, monkeypatch):
+    """A rule only some drawn values break (here, as composing the trial's settings would say it) fails that trial;
+    its folder's train.log holds the reason, not nothing."""
+    def refusing(app, overrides):
+        if overrides:  # a trial's, not the shared settings' (none here)
+            raise UserError(f"Invalid setting: {overrides[-1]} breaks a rule.")
+
+    settings = study_settings(tmp_path, n_trials=2, pruning=False)
+    monkeypatch.setattr("mha_textclf.cli.compose_settings", refusing)
+    with pytest.raises(UserError, match=r"No trial of the study 'fake' completed \({'fail': 2}\); the trial "
+                                        "folders' logs say why"):
+        search(settings, tmp_path / "study")
+    logs = [path.read_text() for path in sorted((tmp_path / "study").glob("trial_*/train.log"))]
+    assert len(logs) == 2 and all(re.search(r"\[ERROR\] - Invalid setting: trainer\.lr=[\d.e-]+ breaks a rule\.", log)
+                                  for log in logs), logs

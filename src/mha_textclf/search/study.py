@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mha_textclf import cli
-from mha_textclf.checks import lookup
+from mha_textclf.checks import check_value, lookup
 from mha_textclf.errors import UserError
 from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
@@ -187,6 +187,23 @@ def _write_study_reports(study, study_dir: Path) -> None:
              f"reproduce it: {best.user_attrs.get('command')}\ntrials: {counts}")
 
 
+def space_problems(params: dict[str, str]) -> list[str]:
+    """Each end of an interval or range, and each choice, that its setting refuses (a bound, a set of choices)."""
+    optuna = _optuna()
+    found = []
+    for key, distribution in search_space(params).items():
+        owner = lookup(TrainSettings, key)
+        if isinstance(owner, str):  # a config group (model=...): Hydra names the options it has
+            continue
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            values = distribution.choices
+        else:
+            values = (distribution.low, distribution.high)
+        found += [f"params.{key}={params[key]}: {value} {why}." for value in dict.fromkeys(values)
+                  if (why := check_value(owner[1], value)) is not None]
+    return found
+
+
 def search(settings: SearchSettings, study_dir: Path):
     """Run the study; each trial composes `settings.train` plus its sampled values as `python -m train` would, and
     reuses the data, tokenizer and encodings of this worker's earlier trials where its settings leave them as they
@@ -196,6 +213,8 @@ def search(settings: SearchSettings, study_dir: Path):
         found = lookup(TrainSettings, key)
         if isinstance(found, str) and not (cli.CONFIG_DIR / key).is_dir():  # a config group (model) may vary too
             raise UserError(f"params: {found}")
+    if problems := space_problems(settings.params):  # else every trial that draws such a value fails on its own
+        raise UserError("\n  ".join(["The search space reaches values the settings refuse:", *problems]))
     inputs = InputCache()
 
     def train_trial(overrides: list[str], run_dir: Path, on_epoch_end):
@@ -206,6 +225,9 @@ def search(settings: SearchSettings, study_dir: Path):
         try:
             return train(cli.compose_settings("train", overrides), run_dir, overrides, threads=settings.num_threads,
                          sweep=f"study {settings.study}", on_epoch_end=on_epoch_end, inputs=inputs)
+        except UserError as e:  # a rule only this trial's values break: said in its own log, then the trial fails
+            log.error(str(e))
+            raise
         finally:
             logging.getLogger().removeHandler(handler)
             handler.close()
