@@ -612,6 +612,7 @@ def test_a_failed_run_continued_in_place_no_longer_holds_the_error_of_its_failur
         assert (run_dir / "tokenizer" / "tokenizer.json").read_text() == "{}"
         status = files.read_status(run_dir)
         assert (status["state"], status["attempt"], status["message"]) == (lifecycle.RUNNING, 2, None)
+        assert status["started_from_epoch"] == 1  # what this attempt trains starts after it (summaries count it)
         assert [int(r["epoch"]) for r in csv.DictReader((run_dir / "history.csv").read_text().splitlines())] == [1]
 
 

@@ -325,6 +325,8 @@ def test_memory_is_said_not_to_compare_only_when_jobs_shared_a_process(tmp_path)
 
     assert "3 jobs shared one process" in sweep("basic", [7, 7, 7])
     assert "3 jobs shared 2 processes" in sweep("joblib", [7, 8, 7])
+    # Summarised beside runs of their own (scripts/summarize.py outputs): the note says which of them it is about.
+    assert "here 2 sweep jobs (of the 3 runs) shared one process" in sweep("mixed", [7, 7, None])
     for alone in (sweep("submitit", [7, 8, 9]), sweep("no_records", [None, None, None])):
         assert "Peak RSS is the whole process's resident memory" in alone  # what the column measures...
         assert "jobs shared" not in alone and "does not compare" not in alone  # ...and no warning against it
@@ -429,5 +431,33 @@ def test_the_share_of_training_in_the_jobs_wall_time_counts_only_the_runs_that_h
               status="COMPLETED").write(job)
     fake_run(tmp_path / "runs" / "single", seed=1, epoch_times=[50.0, 50.0])
     write_summary(tmp_path)
-    assert ("The jobs' own wall times add up to 12.0 s; training passes took 10.0 s of them (83%)"
-            in (tmp_path / "summary.md").read_text())
+    text = (tmp_path / "summary.md").read_text()
+    assert "The jobs' own wall times add up to 12.0 s; training passes took 10.0 s of them (83%)" in text
+    assert "1 of the 2 runs here are sweep jobs (they have a job.json); the times below are theirs." in text
+    assert "earlier attempt" not in text
+
+
+def test_a_job_that_found_its_run_trained_counts_only_the_epochs_it_trained_itself(tmp_path):
+    """A sweep run again: a job that found its run finished trained nothing, and one that continued its run trained
+    only the epochs after those its attempt started from (status.json dates the attempt and counts them). The share
+    of training in the jobs' wall time stays the jobs' own, never above 100%."""
+    import json
+
+    def job(folder, started, wall, status):
+        fake_run(folder, epoch_times=[5.0, 7.0], seed=int(folder.name[0]))
+        (folder / "status.json").write_text(json.dumps({"state": "finished", "attempt": 2, **status}))
+        JobRecord(job=int(folder.name[0]), overrides=[], started_at=started, ended_at="2026-01-02T00:01:00.000+00:00",
+                  wall_seconds=wall, host="node", pid=1, status="COMPLETED").write(folder)
+
+    # Found finished: its only attempt started the day before this job.
+    job(tmp_path / "0_seed-0", "2026-01-02T00:00:00.500+00:00", 2.0,
+        {"started_at": "2026-01-01T00:00:00+0000", "epochs_done": 2, "started_from_epoch": 0})
+    # Continued after epoch 1, in the job's first second (status.json keeps whole seconds): its epoch 2, 7 s.
+    job(tmp_path / "1_seed-1", "2026-01-02T00:00:00.500+00:00", 10.0,
+        {"started_at": "2026-01-02T00:00:00+0000", "epochs_done": 2, "started_from_epoch": 1})
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert "The jobs' own wall times add up to 12.0 s; training passes took 7.0 s of them (58%)" in text
+    assert "2 of the jobs found their run trained, in full or in part, by an earlier attempt" in text
+    runs = {r["run folder"]: r for r in md_table(text, "## Runs")}
+    assert runs["0_seed-0"]["train s"] == runs["1_seed-1"]["train s"] == "12.0"  # the whole run's, as before

@@ -109,7 +109,7 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
             mark(run_dir, RUNNING, attempt=start.attempt, pid=os.getpid(), host=socket.gethostname(),
                  launch=launch_id(), message=None, interrupted_by=None,
                  started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=len(start.state["history"])
-                 if start.state else 0)
+                 if start.state else 0, started_from_epoch=len(start.state["history"]) if start.state else 0)
         yield start
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mha_textclf.runs import files
 from mha_textclf.sweeps.collect import (
     NO_PE,
     PE_TEXT,
@@ -252,7 +253,8 @@ def _memory_note(folder: Path, runs: pd.DataFrame) -> str:
     processes = {(j.host, j.pid) for j in jobs if j is not None}
     timed = sum(j is not None for j in jobs)
     if timed > len(processes):
-        return (note + f": here {timed} jobs shared {_processes(len(processes))} (the basic launcher runs every "
+        jobs_here = f"{timed} jobs" if timed == len(runs) else f"{timed} sweep jobs (of the {len(runs)} runs)"
+        return (note + f": here {jobs_here} shared {_processes(len(processes))} (the basic launcher runs every "
                 "job in the sweep's own process), so a later job's peak includes what earlier jobs left behind, and "
                 "it does not compare variants. For that, run each job in a fresh process "
                 "(`hydra/launcher=submitit_local`; joblib reuses its workers), or see `scripts/benchmark.py`.")
@@ -271,10 +273,16 @@ def sweep_markdown(folder: Path, runs: pd.DataFrame) -> list[str]:
     if sweep is None and not jobs:
         return []
     # The share compares like with like: the training seconds of the runs whose job wall time is known (a single run
-    # summarised beside a sweep has no job.json).
-    train = runs["train_seconds"][[j is not None for j in records]].sum()
+    # summarised beside a sweep has no job.json), and of those only what the job itself trained.
+    trained = [_trained_in_job(folder / d, job, seconds) for d, job, seconds
+               in zip(runs["run_dir"], records, runs["train_seconds"], strict=True) if job is not None]
+    train = float(np.nansum([seconds for seconds, _ in trained]))
+    earlier = sum(not whole for _, whole in trained)
     job_total = sum(j.wall_seconds for j in jobs)
     lines = ["## The sweep", ""]
+    if len(jobs) < len(runs):  # summarised beside other runs: what follows is about the sweep jobs alone
+        lines += [f"{len(jobs)} of the {len(runs)} runs here are sweep jobs (they have a job.json); the times below "
+                  "are theirs.", ""]
     if sweep is not None:
         lines.append(f"Wall time {sweep.wall_seconds:,.1f} s from Hydra starting the sweep (after Python's start-up) "
                      f"to the end of its last job ({len(sweep.jobs)} jobs, {sweep.launcher.rpartition('.')[2]}; "
@@ -285,8 +293,28 @@ def sweep_markdown(folder: Path, runs: pd.DataFrame) -> list[str]:
                      f"from the first start to the last end in {span.total_seconds():,.1f} s.")
     lines += ["", f"The jobs' own wall times add up to {job_total:,.1f} s; training passes took {train:,.1f} s of "
               f"them ({train / job_total:.0%}), the rest went to loading data, the tokenizer, validation, reports "
-              f"and probes. Each job's wall time is the `job s` column of the runs table, beside `train s`.", ""]
+              f"and probes. Each job's wall time is the `job s` column of the runs table, beside `train s`."
+              + (f" {earlier} of the jobs found their run trained, in full or in part, by an earlier attempt (a sweep "
+                 "run again, a run continued): only the epochs they trained themselves count here, while `train s` "
+                 "is the whole run's." if earlier else ""), ""]
     return lines
+
+
+def _trained_in_job(run_dir: Path, job: JobRecord, run_seconds: float) -> tuple[float, bool]:
+    """The training seconds `job` did itself, and whether they are the whole run's. status.json dates the run's
+    latest attempt and counts the epochs it started from: an attempt from before the job means the job found the run
+    trained; one within it trained the epochs after those. A folder whose status.json does not say: the run's own."""
+    status = files.read_status(run_dir)
+    if "started_at" not in status:
+        return run_seconds, True
+    # status.json keeps whole seconds, job.json milliseconds: an attempt in the job's first second is the job's.
+    if pd.Timestamp(status["started_at"]) < pd.Timestamp(job.started_at).floor("s"):
+        return 0.0, False
+    if not status.get("started_from_epoch"):  # (a run from before the key: as if from the start)
+        return run_seconds, True
+    history = files.read_history(run_dir)
+    own = float(history["train_seconds"].iloc[status["started_from_epoch"]:].sum()) if history is not None else 0.0
+    return own, False
 
 
 def readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
