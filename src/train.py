@@ -11,6 +11,7 @@ nothing of Hydra.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -23,6 +24,8 @@ from omegaconf import DictConfig
 
 from mha_textclf import cli
 
+log = logging.getLogger("train")
+
 
 def main() -> None:
     """`python -m train ...`: every mistake on the command line in one message (exit 2), else Hydra's run."""
@@ -34,6 +37,7 @@ def main() -> None:
 def hydra_main(cfg: DictConfig) -> float | None:
     """One run (or sweep job): returns validation accuracy, for sweepers."""
     from mha_textclf.pipeline import train
+    from mha_textclf.runs import lifecycle
 
     hydra_cfg = HydraConfig.get()
     overrides, threads = list(hydra_cfg.overrides.task), launcher_threads(hydra_cfg.launcher)
@@ -44,6 +48,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
     if metrics is None:
         return None
     if metrics.interrupted_by:
+        if sweep and (command := lifecycle.sweep_command(Path(hydra_cfg.sweep.dir))):
+            log.info(f"continue the sweep (its finished jobs train nothing again): {command}")
         sys.exit(128 + signal.Signals[metrics.interrupted_by].value)  # the shell's convention: 130 for SIGINT
     return metrics.val.accuracy
 

@@ -6,6 +6,7 @@ test_tokenizer_cache.py.)"""
 import importlib
 import json
 import os
+import shlex
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ from omegaconf import OmegaConf
 import commands
 from conftest import REPO, compose_config, fingerprint, require, run_train, write_jsonl
 from mha_textclf.runs import files
+from mha_textclf.runs.lifecycle import sweep_command
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.sweeps.callback import SweepSummary
 from mha_textclf.sweeps.record import JobRecord
@@ -107,6 +109,16 @@ def test_parallel_launchers_run_a_two_job_sweep(launcher, launched):
     threads = {RunMetrics.read(sweep / d / "metrics.json").threads for d in runs["run_dir"]}
     expected = max(1, (os.cpu_count() or 1) // 2) if launcher == "joblib" else 1
     assert threads == {expected}  # jobs share the cores instead of oversubscribing them
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_s_advice_is_its_own_command_into_its_folder(launched):
+    """What a sweep job prints when a signal stops it: the sweep's command (launcher settings included) into the
+    sweep's folder, from the multirun.yaml Hydra wrote there; run again, every job continues or finds its run."""
+    for launcher, (_, sweep) in launched.items():
+        command = shlex.split(sweep_command(sweep))
+        assert command[:4] == ["python", "-m", "train", "-m"] and command[-1] == f"hydra.sweep.dir={sweep}"
+        assert sorted(command[4:-1]) == sorted(launcher_sweep(launcher, sweep)[1:-1]), launcher
 
 
 @pytest.mark.slow

@@ -44,6 +44,7 @@ ERROR = "error.txt"
 LOCK = ".lock"
 # A sweep folder's own files, beside its run folders.
 SWEEP = "sweep.json"
+MULTIRUN = "multirun.yaml"  # Hydra's record of a sweep's command, in its folder
 SUMMARY_CSV, SUMMARY_MD, SUMMARY_PAGE = "summary.csv", "summary.md", "summary.html"
 
 

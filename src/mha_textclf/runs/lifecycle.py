@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from shlex import join
 
+import yaml
+
 from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_training_state
@@ -175,6 +177,19 @@ def train_command(overrides: Sequence[str], folders: dict[str, str | Path]) -> s
         return '"' + re.sub(r'(\\*)("|$)', lambda m: m[1] * 2 + ("\\" + m[2] if m[2] else ""), text) + '"'
 
     return join(["python", "-m", "train", *overrides, *(f"{key}={value(path)}" for key, path in folders.items())])
+
+
+def sweep_command(sweep_dir: Path) -> str | None:
+    """The sweep's own command into its folder, from the multirun.yaml Hydra wrote there: what continues every job of
+    an interrupted sweep (finished jobs find their runs and train nothing). None where the folder has no record."""
+    try:
+        overrides = yaml.safe_load((sweep_dir / files.MULTIRUN).read_text())["hydra"]["overrides"]
+        task, hydra = list(overrides["task"]), list(overrides["hydra"])
+    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        return None
+    # -m stands for hydra.mode=MULTIRUN, and the folder is named last, as the other printed commands name theirs.
+    hydra = [o for o in hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
+    return train_command(["-m", *hydra, *task], {"hydra.sweep.dir": sweep_dir})
 
 
 def differences(saved: dict, now: dict, keys: list[str], where: str) -> str:
