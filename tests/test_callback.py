@@ -58,8 +58,11 @@ def test_a_sweep_with_failed_jobs_summarises_the_rest(data_dir, tmp_path):
     assert failed["error"].str.contains("has a single class").all()
     assert (runs["status"] == "ok").sum() == 2
     assert "## Failed runs" in (sweep / "summary.md").read_text()
-    jobs = json.loads((sweep / "sweep.json").read_text())["jobs"]  # failed jobs are timed too
+    jobs = json.loads((sweep / "sweep.json").read_text())["jobs"]  # failed jobs are timed too, and say so
     assert [j["job"] for j in jobs] == [0, 1, 2, 3] and all(j["wall_seconds"] > 0 for j in jobs)
+    expected = {"ok": "COMPLETED", "failed": "FAILED"}
+    assert {j["run_dir"]: j["status"] for j in jobs} == {
+        d: expected[status] for d, status in zip(runs["run_dir"], runs["status"], strict=True)}
     assert sorted(j["train_seconds"] is None for j in jobs) == [False, False, True, True]
 
     # scripts/summarize.py gives the same summary for the same folder.

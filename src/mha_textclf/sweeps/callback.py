@@ -43,8 +43,14 @@ class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs) -> None:
         if config.hydra.mode != RunMode.MULTIRUN:  # a single run (or a search) has no job of a sweep to record
             return
-        self.jobs.stop(config.hydra.runtime.output_dir, job=config.hydra.job.num,
-                       overrides=list(config.hydra.overrides.task), status=job_return.status.name)
+        from mha_textclf.runs import files
+        from mha_textclf.runs.lifecycle import FAILED
+
+        # A run that failed recorded its error and returned, so Hydra saw the job complete: the record says failed.
+        output_dir = config.hydra.runtime.output_dir
+        failed = files.read_status(Path(output_dir)).get("state") == FAILED
+        self.jobs.stop(output_dir, job=config.hydra.job.num, overrides=list(config.hydra.overrides.task),
+                       status="FAILED" if failed else job_return.status.name)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         import pandas as pd

@@ -40,7 +40,7 @@ class JobRecord:
     wall_seconds: float  # the whole job: data, tokenizer, training, validation, reports
     host: str
     pid: int  # jobs that share a process (the basic launcher) share its memory too
-    status: str  # Hydra's job status: COMPLETED, or FAILED for an error the job did not record itself
+    status: str  # COMPLETED, or FAILED: its run failed (error.txt in its folder) or the job raised
     format: str = JOB_FORMAT
 
     def write(self, folder: Path) -> None:
