@@ -38,7 +38,8 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         search(cli.to_settings(cfg), study_dir)
     except InterruptedStudyError as e:
-        log.error(f"interrupted by {e}; the finished trials are in the study. Run the same command to resume.")
+        log.error(f"interrupted by {e}: the trial it stopped is recorded as failed, the finished ones and their "
+                  "reports are in the study's folder. Run the same command to resume the study.")
         sys.exit(130)
     except UserError as e:
         log.error(str(e))

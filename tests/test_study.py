@@ -513,3 +513,41 @@ def test_a_trial_that_breaks_a_rule_says_why_in_its_own_train_log(tmp_path, monk
     logs = [path.read_text() for path in sorted((tmp_path / "study").glob("trial_*/train.log"))]
     assert len(logs) == 2 and all(re.search(r"\[ERROR\] - Invalid setting: trainer\.lr=[\d.e-]+ breaks a rule\.", log)
                                   for log in logs), logs
+
+
+def test_an_interrupted_study_reports_what_finished_and_says_it_once(tmp_path):
+    """A signal that stops a trial stops the study: best.json and trials.csv are written for the trials that
+    finished (not only once the study resumes and ends), and Optuna does not log the stopped trial as a failure with
+    its traceback: the study's own log says it."""
+    import logging
+
+    from mha_textclf.search.study import run_search
+
+    trainer = fake_trainer(lambda overrides: [0.5, 0.4])
+
+    def interrupted_second(overrides, run_dir, on_epoch_end):
+        metrics = trainer(overrides, run_dir, on_epoch_end)
+        if run_dir.name == "trial_001":
+            metrics.interrupted_by = "SIGINT"
+        return metrics
+
+    class Records(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    optuna_log = Records()  # Optuna's own logger does not propagate to the root: listen to it directly
+    logging.getLogger("optuna").addHandler(optuna_log)
+    try:
+        with pytest.raises(InterruptedStudyError, match="SIGINT"):
+            run_search(study_settings(tmp_path, n_trials=3, pruning=False), tmp_path / "study", interrupted_second)
+    finally:
+        logging.getLogger("optuna").removeHandler(optuna_log)
+    with open(tmp_path / "study" / "trials.csv") as f:
+        assert [row["state"] for row in csv.DictReader(f)] == ["COMPLETE", "FAIL"]
+    best = json.loads((tmp_path / "study" / "best.json").read_text())
+    assert best["best_trial"] == 0 and best["trials"] == {"complete": 1, "fail": 1}
+    assert not [r.getMessage() for r in optuna_log.records if r.getMessage().startswith("Trial 1 ")]

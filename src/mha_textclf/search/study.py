@@ -36,6 +36,21 @@ class InterruptedStudyError(Exception):
     """A trial stopped by SIGINT/SIGTERM: the study stops, and the same command resumes it."""
 
 
+class _QuietInterruption(logging.Filter):
+    """Optuna logs a trial that a signal stopped as a failure, traceback included; the study's own log says it once."""
+
+    def __init__(self):
+        super().__init__()
+        self.trials: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()  # "Trial 3 failed with parameters: ...", then "Trial 3 failed with value None."
+        if record.exc_info and isinstance(record.exc_info[1], InterruptedStudyError):
+            self.trials.add(message.split(" failed ", 1)[0])
+            return False
+        return not any(message.startswith(f"{trial} failed ") for trial in self.trials)
+
+
 def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[..., RunMetrics]):
     """Run (or resume, or extend) the study until it has `n_trials` finished trials, together with any other worker
     on it; write best.json, trials.csv and the plots of the whole study into `study_dir`; return the study.
@@ -87,9 +102,19 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
         # A trial that fails (a loss that diverges at a sampled learning rate, memory) is recorded as failed, and the
         # study goes on; an interrupted one stops it. This worker stops once the study has n_trials finished trials,
         # whoever finished them: each other worker may then still finish the one it runs, one over each.
-        study.optimize(objective, n_trials=todo, catch=(UserError, RuntimeError, ValueError),
-                       callbacks=[optuna.study.MaxTrialsCallback(settings.n_trials, states=finished_states)],
-                       timeout=settings.timeout_minutes * 60 if settings.timeout_minutes else None)
+        quiet = _QuietInterruption()
+        logging.getLogger("optuna.study._optimize").addFilter(quiet)
+        try:
+            study.optimize(objective, n_trials=todo, catch=(UserError, RuntimeError, ValueError),
+                           callbacks=[optuna.study.MaxTrialsCallback(settings.n_trials, states=finished_states)],
+                           timeout=settings.timeout_minutes * 60 if settings.timeout_minutes else None)
+        except InterruptedStudyError:
+            # What finished before the signal is reported now, not only once the study resumes and ends.
+            if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
+                write_study_reports(study, study_dir)
+            raise
+        finally:
+            logging.getLogger("optuna.study._optimize").removeFilter(quiet)
     log.info(f"this worker's session: {time.perf_counter() - start:.0f} s")
     fail_stale_trials(study)
     write_study_reports(study, study_dir)
