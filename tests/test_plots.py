@@ -189,3 +189,28 @@ def test_loss_curves_keep_one_colour_per_variant_in_every_panel_when_the_sweep_v
     for label, colours in drawn.items():
         assert colours == {legend[label]}, label
     assert len(set(legend.values())) == 2
+
+
+def test_a_search_s_drawn_settings_read_to_4_digits_and_leave_the_panels_room(tmp_path):
+    """A search's trials differ in several drawn settings, each a float with every digit: the plots name them to 4
+    significant digits, as summary.md does, and grow beside their labels instead of squeezing the panels to nothing
+    (matplotlib's constrained layout warned and gave up)."""
+    import warnings
+
+    drawn = [(0.006789203913136309, 0.0025908263815127), (0.004326470799734504, 0.0010005268542378305)]
+    for i, (dropout, embedding) in enumerate(drawn):
+        fake_run(tmp_path / f"trial_{i:03d}", seed=i, stages={"fit": {"peak_memory_mb": 600.0}},
+                 model__dropout=dropout, model__embedding_dropout=embedding, model__token_dropout=0.43319590265384 + i,
+                 model__mlp_dropout=0.2557590390040907 + i, model__d_model=64 * (i + 1))
+    runs = runs_table(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "constrained_layout not applied because axes sizes collapsed to zero"
+        figures = {"loss": plot_loss_curves(tmp_path, runs), "memory": plot_memory(runs)}
+        for figure in figures.values():
+            figure.savefig(tmp_path / "figure.png")
+    legend = [t.get_text() for t in figures["loss"].legends[0].get_texts()]
+    assert "pe=False, model.d_model=64, model.dropout=0.006789, model.embedding_dropout=0.002591, " \
+           "model.mlp_dropout=0.2558, model.token_dropout=0.4332" in legend, legend
+    (ax,) = figures["memory"].axes
+    assert [t.get_text() for t in ax.get_yticklabels()][-1].endswith(
+        "model.mlp_dropout=0.2558, model.token_dropout=0.4332 (1 run)"), ax.get_yticklabels()

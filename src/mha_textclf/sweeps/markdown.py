@@ -18,6 +18,7 @@ from mha_textclf.sweeps.collect import (
     epoch_seconds,
     finished,
     setting_columns,
+    setting_text,
     time_columns,
 )
 from mha_textclf.sweeps.compare import (
@@ -80,16 +81,6 @@ def _times(ratio: float) -> str:
 def _variant_label(row, settings: list[str]) -> dict[str, str]:
     return {"model": row["model"], "pe": row["pe"],
             **{c: setting_text(row[c]) for c in settings}}
-
-
-def setting_text(value: str) -> str:
-    """A setting as the Markdown tables show it: a number a search drew (0.011587950184865041) to 4 significant
-    digits, anything typed short (3e-3, 0.75, 128, [title, body]) as it is. summary.csv keeps every digit."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return value
-    return value if len(str(value)) <= 8 or number.is_integer() else f"{number:.4g}"
 
 
 @dataclass

@@ -15,7 +15,7 @@ from matplotlib.ticker import MaxNLocator, NullLocator
 
 from mha_textclf.reports import whole_epochs
 from mha_textclf.runs import files
-from mha_textclf.sweeps.collect import PE_TEXT, finished, setting_columns
+from mha_textclf.sweeps.collect import PE_TEXT, finished, setting_columns, setting_text
 from mha_textclf.sweeps.compare import Interval
 
 # Plots. One colour per model, one marker per pe, in every figure; labels name the variant and pe.
@@ -115,7 +115,7 @@ def plot_memory(runs: pd.DataFrame) -> Figure:
             values = group[column].dropna()
             if values.empty:
                 continue
-            extra = "".join(f", {c}={v}" for c, v in zip(setting_columns(runs), rest, strict=True))
+            extra = "".join(f", {c}={setting_text(v)}" for c, v in zip(setting_columns(runs), rest, strict=True))
             labels.append(f"{dataset}: " * several + _variant_name(model, pe) + extra + f" ({_runs(len(values))})")
             means.append(values.mean())
             lows.append(values.mean() - values.min())
@@ -123,6 +123,7 @@ def plot_memory(runs: pd.DataFrame) -> Figure:
             colours.append(f"C{models.index(model) % 10}")  # the model's colour in accuracy_vs_time.png
             hatches.append("//" if pe == PE_TEXT[True] else "")
         positions = np.arange(len(labels))[::-1]  # the first group on top
+        fig.set_figwidth(max(fig.get_figwidth(), len(kinds) * _beside(labels)))
         bars = ax.barh(positions, means, xerr=[lows, highs], color=colours, alpha=0.8, capsize=3)
         for bar, hatch in zip(bars, hatches, strict=True):
             bar.set_hatch(hatch)
@@ -134,6 +135,11 @@ def plot_memory(runs: pd.DataFrame) -> Figure:
         ax.title.set_fontsize(10)
         ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _beside(labels: list[str]) -> float:
+    """Inches for a panel of 4 beside its 8-point tick labels: a search's name several drawn settings each."""
+    return 4 + 0.065 * max(map(len, labels), default=0)
 
 
 def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
@@ -156,7 +162,7 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
                          if (history := files.read_history(folder / d)) is not None]
             if not histories:
                 continue
-            extra = "".join(f", {c}={v}" for c, v in zip(settings, rest, strict=True))
+            extra = "".join(f", {c}={setting_text(v)}" for c, v in zip(settings, rest, strict=True))
             label = (f"pe={pe}" if pe in PE_MARKERS else "no pe") + extra
             colour = PE_STYLES.get(pe, "tab:gray") if not settings else colours.get(label, f"C{len(colours) % 10}")
             for column, style in (("train_loss", "-"), ("val_loss", "--")):
@@ -176,6 +182,8 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
     handles += [axes[0].plot([], [], color="k", label="train")[0],
                 axes[0].plot([], [], color="k", linestyle="--", label="val")[0],
                 axes[0].fill_between([], [], [], color="k", alpha=0.2, label="lowest to highest run")]
+    # Wide enough for the legend beside the panels: a search's labels name several drawn settings.
+    fig.set_figwidth(4.5 * len(panels) + max(1.5, _beside([h.get_label() for h in handles]) - 4))
     fig.legend(handles=handles, loc="outside right center", fontsize=8)
     fig.suptitle("loss per epoch: the mean over each variant's runs, and their spread")
     return fig
@@ -223,13 +231,15 @@ def plot_accuracy_by_seed(runs: pd.DataFrame, dataset: str) -> Figure:
     for y, (key, variant) in zip(np.arange(len(variants))[::-1], variants, strict=True):
         model, pe, *rest = key
         colour = f"C{models.index(model) % 10}"
-        labels.append(_variant_name(model, pe) + "".join(f", {c}={v}" for c, v in zip(settings, rest, strict=True)))
+        labels.append(_variant_name(model, pe) + "".join(f", {c}={setting_text(v)}" for c, v in zip(settings, rest,
+                                                                                                     strict=True)))
         ax.scatter(variant["test_accuracy"], [y] * len(variant), color=colour, marker=PE_MARKERS.get(pe, "*"),
                    alpha=0.8, zorder=3)
         for accuracy, seed in zip(variant["test_accuracy"], variant["seed"], strict=True):
             ax.annotate(str(seed), (accuracy, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
         mean = variant["test_accuracy"].mean()
         ax.plot([mean, mean], [y - 0.3, y + 0.3], color=colour, linewidth=2)
+    fig.set_figwidth(max(7, _beside(labels)))
     ax.set_yticks(np.arange(len(variants))[::-1], labels, fontsize=8)
     ax.set_ylim(-0.7, max(len(variants), 1) - 0.3)
     readable_axis(ax, done["test_accuracy"], "x", log_above=math.inf)
