@@ -153,6 +153,10 @@ def test_a_trial_worse_than_the_median_is_pruned_and_one_at_its_last_epoch_is_no
     best = json.loads((tmp_path / "study" / "best.json").read_text())
     states = [t.state.name.lower() for t in study.trials]
     assert best["trials"] == {state: states.count(state) for state in ("complete", "pruned")}
+    # trials.csv's value is a completed trial's validation accuracy; a pruned one has none (not minus its loss).
+    with open(tmp_path / "study" / "trials.csv") as f:
+        values = {row["state"]: row["value"] for row in csv.DictReader(f)}
+    assert values["PRUNED"] == "" and 0 < float(values["COMPLETE"]) <= 1
     settings.warmup_epochs = 3  # now the first verdict falls on the last epoch: too late to prune
     settings.study, settings.n_trials = "late", 6
     late = run_search(settings, tmp_path / "late", fake_trainer(losses))

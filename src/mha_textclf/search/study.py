@@ -194,6 +194,9 @@ def _write_study_reports(study, study_dir: Path) -> None:
     files.write_json(study_dir / "best.json", summary)
     table = study.trials_dataframe()
     table = table.drop(columns=[f"system_attrs_{HEARTBEAT}"], errors="ignore")  # a liveness clock, not a result
+    # Optuna gives a pruned trial its last intermediate value, minus a validation loss, under the column that holds
+    # the others' validation accuracy: blank, as for a failed one (its val_loss and epochs stay in their columns).
+    table.loc[table["state"] == "PRUNED", "value"] = float("nan")
     files.write_atomically(study_dir / "trials.csv", lambda path: table.to_csv(path, index=False))
     for name, plot in (("optimization_history", plots.plot_optimization_history),
                        ("param_importances", plots.plot_param_importances)):
