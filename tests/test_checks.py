@@ -13,7 +13,7 @@ from conftest import settings_for
 from mha_textclf import cli
 from mha_textclf.checks import help_table, lookup, problems
 from mha_textclf.errors import UserError
-from mha_textclf.settings import DERIVED, PredictSettings, TrainSettings, known_keys, show
+from mha_textclf.settings import DERIVED, PredictSettings, SearchSettings, TrainSettings, known_keys, show
 from settings_fakes import command_line_problems
 
 # (command line, what the message must say): one case per kind of mistake.
@@ -177,6 +177,16 @@ def test_lookup_knows_every_key_and_the_derived_ones():
     for key in keys:
         assert isinstance(lookup(TrainSettings, key), tuple) or key == "model.attention", key  # that: model=...
     assert isinstance(lookup(PredictSettings, "model.pe"), str)
+
+
+@pytest.mark.unit
+def test_a_key_inside_a_mapping_setting_says_the_mapping_is_set_whole():
+    """search's params maps settings (whose names hold dots) to ranges, so `params.data.max_length=...` cannot reach
+    a key of it: the message gives the form that does. A key below a plain value is a typo as any other."""
+    assert lookup(SearchSettings, "params.data.max_length") == (
+        "params.data.max_length is not a setting: params maps keys to values, and takes them whole, merged into its "
+        "own: 'params={data.max_length: <value>}' (quoted for the shell).")
+    assert lookup(TrainSettings, "trainer.lr.x").startswith("trainer.lr.x is not a setting; did you mean trainer.lr")
 
 
 @pytest.mark.unit
