@@ -359,13 +359,18 @@ def test_a_file_of_more_texts_than_one_batch_gets_each_row_for_its_own_text_in_t
     assert table["predicted"].tolist() == [run.class_names[i] for i in expected.argmax(axis=1)]
 
 
-def test_a_file_s_blank_lines_are_skipped_spaces_and_tabs_only_included(tmp_path):
+def test_a_file_s_blank_lines_are_skipped_spaces_and_tabs_only_included(tmp_path, caplog):
     """python -m predict --help, file: "a text file, one text per line (blank lines skipped)": a line of spaces or a
     tab is blank too, and skipped, not a text refused as empty; every other line is a text as it is, after the texts
-    of text=."""
+    of text=. The rows then no longer line up with the file's lines, so a warning says which lines were skipped."""
+    import logging
+
     from mha_textclf.predictions import read_texts
 
     texts = tmp_path / "texts.txt"
     texts.write_text("the minister said\n   \n\t\n\nthe striker scored twice \n  indented\n")
-    assert read_texts(None, str(texts)) == ["the minister said", "the striker scored twice ", "  indented"]
+    with caplog.at_level(logging.WARNING, logger="predict"):
+        assert read_texts(None, str(texts)) == ["the minister said", "the striker scored twice ", "  indented"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"file={texts}: 3 blank line(s) skipped (line 2, 3, 4); the table has a row per other line, in order."]
     assert read_texts("first", str(texts))[:2] == ["first", "the minister said"]

@@ -25,7 +25,13 @@ def read_texts(text: str | list[str] | None, file: str | None) -> list[str]:
         path = Path(file).expanduser()
         if not path.is_file():
             raise UserError(f"file={file} does not exist; give a text file with one text per line.")
-        texts += [line for line in path.read_text().splitlines() if line.strip()]
+        lines = path.read_text().splitlines()
+        blank = [number for number, line in enumerate(lines, start=1) if not line.strip()]
+        if blank:  # the table then has fewer rows than the file lines: say so, and which
+            shown = ", ".join(map(str, blank[:10])) + (", ..." if len(blank) > 10 else "")
+            log.warning(f"file={file}: {len(blank)} blank line(s) skipped (line {shown}); the table has a row per "
+                        "other line, in order.")
+        texts += [line for line in lines if line.strip()]
     if not texts:
         raise UserError("Nothing to predict: give text='[\"first text\",\"second text\"]' or file=<path>.")
     return texts
