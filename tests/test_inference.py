@@ -256,6 +256,25 @@ def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
 
 
 @pytest.mark.slow
+def test_predicting_with_an_interrupted_run_says_it_is_not_the_finished_model(runs, tmp_path, caplog):
+    """A run stopped by a signal keeps the model it reported then (model.pt): predict answers with it, and warns that
+    it is not the trained one; a finished run's folder gets no such warning."""
+    import logging
+
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(runs[False], interrupted)
+    status = json.loads((interrupted / "status.json").read_text())
+    (interrupted / "status.json").write_text(json.dumps(status | {"state": "interrupted", "epochs_done": 3}))
+    with caplog.at_level(logging.WARNING, logger="mha_textclf.inference"):
+        load_run(runs[False])
+        assert not caplog.records
+        load_run(interrupted)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{interrupted} was interrupted after 3 epochs, not finished: its model.pt is the model it reported when it "
+        "stopped. Its train.log says how to finish it."]
+
+
+@pytest.mark.slow
 def test_predict_names_the_file_of_each_problem_with_a_run_folder(runs, tmp_path):
     """predict refuses a missing or foreign model.pt and a tokenizer missing or from another run, naming the file and
     the problem: each refusal holds the path of the file at fault (the tests above match the problem alone)."""
