@@ -38,8 +38,8 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         search(cli.to_settings(cfg), study_dir)
     except InterruptedStudyError as e:
-        log.error(f"interrupted by {e}: the trial it stopped is recorded as failed, the finished ones and their "
-                  "reports are in the study's folder. Run the same command to resume the study.")
+        log.error(f"interrupted by {e}: the trial it stopped is recorded as failed, the finished ones are in the "
+                  "study (its reports cover those that completed, if any). Run the same command to resume the study.")
         sys.exit(130)
     except UserError as e:
         log.error(str(e))

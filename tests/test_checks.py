@@ -7,9 +7,10 @@ import dataclasses
 import re
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import MISSING
 
-from conftest import settings_for
+from conftest import compose_config, settings_for
 from mha_textclf import cli
 from mha_textclf.checks import help_table, lookup, problems
 from mha_textclf.errors import UserError
@@ -185,8 +186,20 @@ def test_a_key_inside_a_mapping_setting_says_the_mapping_is_set_whole():
     a key of it: the message gives the form that does. A key below a plain value is a typo as any other."""
     assert lookup(SearchSettings, "params.data.max_length") == (
         "params.data.max_length is not a setting: params maps keys to values, and takes them whole, merged into its "
-        "own: 'params={data.max_length: <value>}' (quoted for the shell).")
+        "own: 'params={data.max_length: \"<value>\"}' (quoted for the shell).")
     assert lookup(TrainSettings, "trainer.lr.x").startswith("trainer.lr.x is not a setting; did you mean trainer.lr")
+
+
+@pytest.mark.unit
+def test_an_unquoted_range_inside_params_is_answered_with_the_quoted_form_that_composes():
+    """Inside braces an unquoted choice(...) is a sweep object to Hydra, not the text params holds (it crashed deep
+    in OmegaConf): the answer quotes it, and the quoted form it gives composes into the search's space."""
+    (override,) = OverridesParser.create().parse_overrides(["params={data.max_length: choice(64,128)}"])
+    (message,) = cli.check_override(SearchSettings, override)
+    quoted = re.search(r"e\.g\. '(.*?)'; unquoted", message)[1]
+    assert quoted == 'params={data.max_length: "choice(64, 128)"}', message
+    composed = compose_config([quoted], app="search")
+    assert composed.params["data.max_length"] == "choice(64, 128)"
 
 
 @pytest.mark.unit

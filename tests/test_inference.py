@@ -258,7 +258,8 @@ def test_mismatched_or_missing_files_are_clear_errors(runs, tmp_path):
 @pytest.mark.slow
 def test_predicting_with_an_interrupted_run_says_it_is_not_the_finished_model(runs, tmp_path, caplog):
     """A run stopped by a signal keeps the model it reported then (model.pt): predict answers with it, and warns that
-    it is not the trained one; a finished run's folder gets no such warning."""
+    it is not the trained one (so for any state but finished: continued in place, then failed or killed, it keeps
+    the earlier attempt's); a finished run's folder gets no such warning."""
     import logging
 
     interrupted = tmp_path / "interrupted"
@@ -270,8 +271,8 @@ def test_predicting_with_an_interrupted_run_says_it_is_not_the_finished_model(ru
         assert not caplog.records
         load_run(interrupted)
     assert [r.getMessage() for r in caplog.records] == [
-        f"{interrupted} was interrupted after 3 epochs, not finished: its model.pt is the model it reported when it "
-        "stopped. Its train.log says how to finish it."]
+        f"{interrupted} is interrupted, not finished: its model.pt is the model an attempt reported when it stopped, "
+        "not the trained one (its train.log says what happened, and how to finish it)."]
 
 
 @pytest.mark.slow
@@ -393,3 +394,7 @@ def test_a_file_s_blank_lines_are_skipped_spaces_and_tabs_only_included(tmp_path
     assert [r.getMessage() for r in caplog.records] == [
         f"file={texts}: 3 blank line(s) skipped (line 2, 3, 4); the table has a row per other line, in order."]
     assert read_texts("first", str(texts))[:2] == ["first", "the minister said"]
+    # A line is what ends at a newline: a form feed or a Unicode line separator stays inside its text.
+    texts.write_text("first\u2028half\n\nthird\fpage\n")
+    assert read_texts(None, str(texts)) == ["first\u2028half", "third\fpage"]
+    assert "(line 2)" in caplog.records[-1].getMessage()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mha_textclf.sweeps.collect import runs_table
-from mha_textclf.sweeps.plots import plot_accuracy_vs_time, plot_loss_curves, plot_memory
+from mha_textclf.sweeps.plots import plot_accuracy_by_seed, plot_accuracy_vs_time, plot_loss_curves, plot_memory
 from sweep_fakes import fake_run
 
 
@@ -205,7 +205,8 @@ def test_a_search_s_drawn_settings_read_to_4_digits_and_leave_the_panels_room(tm
     runs = runs_table(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "constrained_layout not applied because axes sizes collapsed to zero"
-        figures = {"loss": plot_loss_curves(tmp_path, runs), "memory": plot_memory(runs)}
+        figures = {"loss": plot_loss_curves(tmp_path, runs), "memory": plot_memory(runs),
+                   "seeds": plot_accuracy_by_seed(runs, "bbc-news")}
         for figure in figures.values():
             figure.savefig(tmp_path / "figure.png")
     legend = [t.get_text() for t in figures["loss"].legends[0].get_texts()]

@@ -2,8 +2,10 @@
 the median pruner, a resumed study, failing trials and timeouts, the reports every worker writes (best.json,
 trials.csv, the plots), and search() composing each trial (its threads, its train.log)."""
 
+import contextlib
 import csv
 import json
+import logging
 import math
 import os
 import re
@@ -29,6 +31,19 @@ optuna = optional("optuna", "hpo")
 
 from mha_textclf.search.space import as_override  # noqa: E402  (after the check that Optuna is there)
 from mha_textclf.search.study import InterruptedStudyError, search  # noqa: E402
+
+
+@contextlib.contextmanager
+def optuna_records():
+    """What Optuna logs meanwhile: its own logger does not propagate to the root, so caplog does not see it."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("optuna").addHandler(handler)
+    try:
+        yield records
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
 
 
 def tiny(tmp_path, data_dir, *extra):
@@ -121,7 +136,8 @@ def test_a_space_that_reaches_values_a_setting_refuses_stops_before_any_trial_na
     settings = study_settings(tmp_path, n_trials=2, pruning=False)
     settings.params = {"model.token_dropout": "interval(0.5, 1.5)", "trainer.epochs": "range(0, 8, 4)",
                        "model.n_heads": "choice(2, 4)", "trainer.lr": "tag(log, interval(1e-4, 1e-2))",
-                       "data.group_by_length": "choice(true, false)", "model": "choice(naive, efficient)"}
+                       "data.group_by_length": "choice(true, false)", "model": "choice(naive, efficient)",
+                       "data.text_column": "choice([title, body], title)"}  # a choice of lists: checked, no crash
     monkeypatch.setattr("mha_textclf.search.study.train", lambda *a, **k: pytest.fail("a trial ran"))
     monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: None)
     with pytest.raises(UserError) as info:
@@ -511,9 +527,12 @@ def test_a_trial_that_breaks_a_rule_says_why_in_its_own_train_log(tmp_path, monk
 
     settings = study_settings(tmp_path, n_trials=2, pruning=False)
     monkeypatch.setattr("mha_textclf.cli.compose_settings", refusing)
-    with pytest.raises(UserError, match=r"No trial of the study 'fake' completed \({'fail': 2}\); the trial "
-                                        "folders' logs say why"):
+    nothing_completed = r"No trial of the study 'fake' completed \({'fail': 2}\); the trial folders' logs say why"
+    with optuna_records() as records, pytest.raises(UserError, match=nothing_completed):
         search(settings, tmp_path / "study")
+    # Optuna's line names each failed trial's parameters and error, without the traceback of a rule's refusal.
+    failed = [r for r in records if "because of the following error: UserError" in r.getMessage()]
+    assert len(failed) == 2 and not any(r.exc_info for r in failed)
     logs = [path.read_text() for path in sorted((tmp_path / "study").glob("trial_*/train.log"))]
     assert len(logs) == 2 and all(re.search(r"\[ERROR\] - Invalid setting: trainer\.lr=[\d.e-]+ breaks a rule\.", log)
                                   for log in logs), logs
@@ -523,8 +542,6 @@ def test_an_interrupted_study_reports_what_finished_and_says_it_once(tmp_path):
     """A signal that stops a trial stops the study: best.json and trials.csv are written for the trials that
     finished (not only once the study resumes and ends), and Optuna does not log the stopped trial as a failure with
     its traceback: the study's own log says it."""
-    import logging
-
     from mha_textclf.search.study import run_search
 
     trainer = fake_trainer(lambda overrides: [0.5, 0.4])
@@ -535,23 +552,10 @@ def test_an_interrupted_study_reports_what_finished_and_says_it_once(tmp_path):
             metrics.interrupted_by = "SIGINT"
         return metrics
 
-    class Records(logging.Handler):
-        def __init__(self):
-            super().__init__()
-            self.records = []
-
-        def emit(self, record):
-            self.records.append(record)
-
-    optuna_log = Records()  # Optuna's own logger does not propagate to the root: listen to it directly
-    logging.getLogger("optuna").addHandler(optuna_log)
-    try:
-        with pytest.raises(InterruptedStudyError, match="SIGINT"):
-            run_search(study_settings(tmp_path, n_trials=3, pruning=False), tmp_path / "study", interrupted_second)
-    finally:
-        logging.getLogger("optuna").removeHandler(optuna_log)
+    with optuna_records() as records, pytest.raises(InterruptedStudyError, match="SIGINT"):
+        run_search(study_settings(tmp_path, n_trials=3, pruning=False), tmp_path / "study", interrupted_second)
     with open(tmp_path / "study" / "trials.csv") as f:
         assert [row["state"] for row in csv.DictReader(f)] == ["COMPLETE", "FAIL"]
     best = json.loads((tmp_path / "study" / "best.json").read_text())
     assert best["best_trial"] == 0 and best["trials"] == {"complete": 1, "fail": 1}
-    assert not [r.getMessage() for r in optuna_log.records if r.getMessage().startswith("Trial 1 ")]
+    assert not [r.getMessage() for r in records if r.getMessage().startswith("Trial 1 ")]

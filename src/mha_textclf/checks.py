@@ -48,7 +48,7 @@ def lookup(cls: type, key: str) -> tuple[type, Any] | str:
                     and typing.get_origin(field_type(owner, f.name)) is dict), None)
     if mapping is not None:  # search's params: its keys hold dots, so a key inside it cannot be reached by a path
         return (f"{key} is not a setting: {mapping} maps keys to values, and takes them whole, merged into its own: "
-                f"'{mapping}={{{key.removeprefix(mapping + '.')}: <value>}}' (quoted for the shell).")
+                f"'{mapping}={{{key.removeprefix(mapping + '.')}: \"<value>\"}}' (quoted for the shell).")
     group, _, name = key.rpartition(".")
     siblings = [k.rpartition(".")[2] for k in leaves if k.rpartition(".")[0] == group]
     if group and siblings:  # a known group, an unknown name in it: compare names within the group

@@ -26,7 +26,15 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, OverrideType, ValueType
+from hydra.core.override_parser.types import (
+    ChoiceSweep,
+    IntervalSweep,
+    Override,
+    OverrideType,
+    RangeSweep,
+    Sweep,
+    ValueType,
+)
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -211,12 +219,18 @@ def check_override(cls: type, override: Override) -> list[str]:
     if isinstance(found, str):
         return [_group_hint(cls, override) or found]
     owner, f = found
+    value = override.value()
+    if isinstance(value, dict) and any(isinstance(v, Sweep) for v in value.values()):  # search's params, unquoted
+        name, expression = next((k, v) for k, v in value.items() if isinstance(v, Sweep))
+        quoted = f"'{key}={{{name}: \"{_sweep_text(expression)}\"}}'"
+        return [f"{key}: quote each expression inside the braces, e.g. {quoted}; unquoted, Hydra reads it as a sweep "
+                "of the command line, not as text."]
     try:
         typed_values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [
             override.get_value_element_as_str()]
-        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [value]
     except Exception as e:  # glob(...) over a key that is not a config group, say
-        return [f"{key}={override.get_value_element_as_str()}: {str(e).splitlines()[0]}"]
+        return [f"{override.input_line}: {str(e).splitlines()[0]}"]
     mistakes = []
     for value, as_typed in zip(values, typed_values, strict=True):
         if isinstance(value, str) and "${" in value:
@@ -231,6 +245,17 @@ def check_override(cls: type, override: Override) -> list[str]:
         if why:
             mistakes.append(f"{key}={as_typed}: {why}.")
     return mistakes
+
+
+def _sweep_text(sweep: Sweep) -> str:
+    """An unquoted sweep as it was typed, near enough to be quoted back: choice(64, 128), interval(0.1, 0.5)."""
+    if isinstance(sweep, ChoiceSweep):
+        return f"choice({', '.join(map(str, sweep.list))})"
+    if isinstance(sweep, IntervalSweep):
+        return f"interval({sweep.start}, {sweep.end})"
+    if isinstance(sweep, RangeSweep):
+        return f"range({sweep.start}, {sweep.stop}, {sweep.step})"
+    return "..."
 
 
 def _group_hint(cls: type, override: Override) -> str | None:

@@ -18,7 +18,7 @@ from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
 from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_checkpoint
-from mha_textclf.runs.lifecycle import train_command
+from mha_textclf.runs.lifecycle import FAILED, FINISHED, train_command
 from mha_textclf.runs.metrics import RunMetrics, library_versions
 from mha_textclf.serving import (
     EXPORT,
@@ -69,10 +69,10 @@ def check_run(run_dir: Path) -> None:
         raise UserError(f"run_dir={run_dir} is not a folder; pass a training run folder such as outputs/runs/<run>.")
     state = files.read_status(run_dir).get("state")
     missing = [name for name in (files.MODEL, files.TOKENIZER, files.METRICS) if not (run_dir / name).exists()]
-    if state == "failed":  # the command that started it would fail again: what went wrong comes first
+    if state == FAILED:  # the command that started it would fail again: what went wrong comes first
         raise UserError(f"{run_dir} holds a run that failed; what went wrong is in {run_dir / files.ERROR}. Export a "
                         "run that finished training.")
-    if missing or state not in (None, "finished"):
+    if missing or state not in (None, FINISHED):
         why = f"lacks {', '.join(missing)}" if missing else f"is {state}, not finished"
         args = _training_overrides(run_dir)
         finish = (f"Finish it in place: {train_command(args, {'hydra.run.dir': run_dir})}" if args is not None

@@ -15,7 +15,7 @@ from mha_textclf.model import TextClassifier
 from mha_textclf.predictions import check_texts
 from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_checkpoint
-from mha_textclf.runs.lifecycle import FAILED, INTERRUPTED
+from mha_textclf.runs.lifecycle import FAILED, FINISHED
 from mha_textclf.runs.metrics import read_metrics
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.encoding import encode
@@ -43,9 +43,9 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Trained
     if not (run_dir / files.MODEL).is_file() and status.get("state") == FAILED:
         raise UserError(f"{run_dir} holds a run that failed before it saved a model; what went wrong is in "
                         f"{run_dir / files.ERROR}. Predict with a run that finished.")
-    if status.get("state") == INTERRUPTED:
-        log.warning(f"{run_dir} was interrupted after {status.get('epochs_done', '?')} epochs, not finished: its "
-                    "model.pt is the model it reported when it stopped. Its train.log says how to finish it.")
+    if status.get("state") not in (None, FINISHED):  # interrupted; or continued in place, then failed or killed
+        log.warning(f"{run_dir} is {status['state']}, not finished: its model.pt is the model an attempt reported "
+                    "when it stopped, not the trained one (its train.log says what happened, and how to finish it).")
     model, class_names = load_checkpoint(run_dir / files.MODEL, device)
     tokenizer = load_tokenizer(run_dir / files.TOKENIZER, model.config.max_length)
     if len(tokenizer) != model.config.vocab_size:

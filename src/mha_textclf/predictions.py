@@ -25,7 +25,8 @@ def read_texts(text: str | list[str] | None, file: str | None) -> list[str]:
         path = Path(file).expanduser()
         if not path.is_file():
             raise UserError(f"file={file} does not exist; give a text file with one text per line.")
-        lines = path.read_text().splitlines()
+        # Lines as an editor numbers them: newlines only (splitlines would also cut at \f or \u2028 inside a text).
+        lines = path.read_text().removesuffix("\n").split("\n")
         blank = [number for number, line in enumerate(lines, start=1) if not line.strip()]
         if blank:  # the table then has fewer rows than the file lines: say so, and which
             shown = ", ".join(map(str, blank[:10])) + (", ..." if len(blank) > 10 else "")

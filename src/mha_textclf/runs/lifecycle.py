@@ -108,10 +108,10 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
             if start.state is not None:  # history.csv tells the whole story up to the state continued from
                 files.write_history(run_dir / files.HISTORY, start.state["history"])
             (run_dir / files.ERROR).unlink(missing_ok=True)
+            done = len(start.state["history"]) if start.state else 0
             mark(run_dir, RUNNING, attempt=start.attempt, pid=os.getpid(), host=socket.gethostname(),
                  launch=launch_id(), message=None, interrupted_by=None,
-                 started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=len(start.state["history"])
-                 if start.state else 0, started_from_epoch=len(start.state["history"]) if start.state else 0)
+                 started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=done, started_from_epoch=done)
         yield start
 
 

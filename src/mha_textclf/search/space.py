@@ -9,7 +9,9 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 
+from mha_textclf.checks import check_value, lookup
 from mha_textclf.errors import UserError
+from mha_textclf.settings import TrainSettings
 
 
 def _optuna():
@@ -70,3 +72,21 @@ def suggest(trial, key: str, distribution) -> Any:
         return trial.suggest_int(key, distribution.low, distribution.high, log=distribution.log,
                                  step=distribution.step)
     return trial.suggest_categorical(key, distribution.choices)
+
+
+def space_problems(params: dict[str, str]) -> list[str]:
+    """Each end of an interval or range, and each choice, that its setting refuses (a bound, a set of choices)."""
+    optuna = _optuna()
+    found = []
+    for key, distribution in search_space(params).items():
+        owner = lookup(TrainSettings, key)
+        if isinstance(owner, str):  # a config group (model=...): Hydra names the options it has
+            continue
+        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+            values = distribution.choices
+        else:
+            values = (distribution.low, distribution.high)
+        distinct = [v for i, v in enumerate(values) if v not in values[:i]]  # a choice may hold lists: no hashing
+        found += [f"params.{key}={params[key]}: {value} {why}." for value in distinct
+                  if (why := check_value(owner[1], value)) is not None]
+    return found

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mha_textclf import cli
-from mha_textclf.checks import check_value, lookup
+from mha_textclf.checks import lookup
 from mha_textclf.errors import UserError
 from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
 from mha_textclf.runs import files
 from mha_textclf.runs.metrics import RunMetrics
-from mha_textclf.search.space import _optuna, as_override, search_space, suggest
+from mha_textclf.search.space import _optuna, as_override, search_space, space_problems, suggest
 from mha_textclf.settings import SearchSettings, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,10 @@ class InterruptedStudyError(Exception):
     """A trial stopped by SIGINT/SIGTERM: the study stops, and the same command resumes it."""
 
 
-class _QuietInterruption(logging.Filter):
-    """Optuna logs a trial that a signal stopped as a failure, traceback included; the study's own log says it once."""
+class _QuietTrialErrors(logging.Filter):
+    """Optuna logs a failed trial with the traceback of its error. A trial that a signal stopped is no failure to
+    report: the study's own log says it once. One that broke a rule (a UserError) keeps Optuna's line, which names
+    the trial's parameters, without the traceback: the message says what to change, and the trial's train.log too."""
 
     def __init__(self):
         super().__init__()
@@ -45,9 +47,12 @@ class _QuietInterruption(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()  # "Trial 3 failed with parameters: ...", then "Trial 3 failed with value None."
-        if record.exc_info and isinstance(record.exc_info[1], InterruptedStudyError):
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, InterruptedStudyError):
             self.trials.add(message.split(" failed ", 1)[0])
             return False
+        if isinstance(error, UserError):
+            record.exc_info = record.exc_text = None
         return not any(message.startswith(f"{trial} failed ") for trial in self.trials)
 
 
@@ -102,7 +107,7 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
         # A trial that fails (a loss that diverges at a sampled learning rate, memory) is recorded as failed, and the
         # study goes on; an interrupted one stops it. This worker stops once the study has n_trials finished trials,
         # whoever finished them: each other worker may then still finish the one it runs, one over each.
-        quiet = _QuietInterruption()
+        quiet = _QuietTrialErrors()
         logging.getLogger("optuna.study._optimize").addFilter(quiet)
         try:
             study.optimize(objective, n_trials=todo, catch=(UserError, RuntimeError, ValueError),
@@ -213,23 +218,6 @@ def _write_study_reports(study, study_dir: Path) -> None:
         plt.close(figure)
     log.info(f"best trial {best.number}: val accuracy {best.value:.4f} with {best.params}\n"
              f"reproduce it: {best.user_attrs.get('command')}\ntrials: {counts}")
-
-
-def space_problems(params: dict[str, str]) -> list[str]:
-    """Each end of an interval or range, and each choice, that its setting refuses (a bound, a set of choices)."""
-    optuna = _optuna()
-    found = []
-    for key, distribution in search_space(params).items():
-        owner = lookup(TrainSettings, key)
-        if isinstance(owner, str):  # a config group (model=...): Hydra names the options it has
-            continue
-        if isinstance(distribution, optuna.distributions.CategoricalDistribution):
-            values = distribution.choices
-        else:
-            values = (distribution.low, distribution.high)
-        found += [f"params.{key}={params[key]}: {value} {why}." for value in dict.fromkeys(values)
-                  if (why := check_value(owner[1], value)) is not None]
-    return found
 
 
 def search(settings: SearchSettings, study_dir: Path):

@@ -141,7 +141,6 @@ def time_columns(runs: pd.DataFrame) -> list[str]:
     return [c for c in runs.columns if c.startswith(SECONDS_TO)]
 
 
-# pe as the tables and plots show it: True or False for a trained run, nothing for a baseline, which has none.
 def setting_text(value: str) -> str:
     """A setting as the tables and plots show it: a number a search drew (0.011587950184865041) to 4 significant
     digits, anything typed short (3e-3, 0.75, 128, [title, body]) as it is. summary.csv keeps every digit."""
@@ -152,6 +151,7 @@ def setting_text(value: str) -> str:
     return value if len(str(value)) <= 8 or number.is_integer() else f"{number:.4g}"
 
 
+# pe as the tables and plots show it: True or False for a trained run, nothing for a baseline, which has none.
 PE_TEXT = {True: "True", False: "False"}
 NO_PE = ""
 

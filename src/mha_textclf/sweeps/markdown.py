@@ -265,11 +265,13 @@ def sweep_markdown(folder: Path, runs: pd.DataFrame) -> list[str]:
         return []
     # The share compares like with like: the training seconds of the runs whose job wall time is known (a single run
     # summarised beside a sweep has no job.json), and of those only what the job itself trained.
-    trained = [_trained_in_job(folder / d, job, seconds) for d, job, seconds
+    trained = [(*_trained_in_job(folder / d, job, seconds), job) for d, job, seconds
                in zip(runs["run_dir"], records, runs["train_seconds"], strict=True) if job is not None]
-    train = float(np.nansum([seconds for seconds, _ in trained]))
-    earlier = sum(not whole for _, whole in trained)
-    job_total = sum(j.wall_seconds for j in jobs)
+    known = [(seconds, whole, job) for seconds, whole, job in trained if seconds is not None]
+    train = float(np.nansum([seconds for seconds, _, _ in known]))
+    earlier = sum(not whole for _, whole, _ in known)
+    unknown = len(trained) - len(known)
+    job_total = sum(j.wall_seconds for _, _, j in known)
     lines = ["## The sweep", ""]
     if len(jobs) < len(runs):  # summarised beside other runs: what follows is about the sweep jobs alone
         lines += [f"{len(jobs)} of the {len(runs)} runs here are sweep jobs (they have a job.json); the times below "
@@ -282,25 +284,32 @@ def sweep_markdown(folder: Path, runs: pd.DataFrame) -> list[str]:
         span = pd.to_datetime([j.ended_at for j in jobs]).max() - pd.to_datetime([j.started_at for j in jobs]).min()
         lines.append(f"No sweep.json (the sweep did not reach its end, or this folder is not one sweep): its jobs ran "
                      f"from the first start to the last end in {span.total_seconds():,.1f} s.")
+    share = f" ({train / job_total:.0%})" if job_total else ""
     lines += ["", f"The jobs' own wall times add up to {job_total:,.1f} s; training passes took {train:,.1f} s of "
-              f"them ({train / job_total:.0%}), the rest went to loading data, the tokenizer, validation, reports "
+              f"them{share}, the rest went to loading data, the tokenizer, validation, reports "
               f"and probes. Each job's wall time is the `job s` column of the runs table, beside `train s`."
               + (f" {earlier} of the jobs found their run trained, in full or in part, by an earlier attempt (a sweep "
                  "run again, a run continued): only the epochs they trained themselves count here, while `train s` "
-                 "is the whole run's." if earlier else ""), ""]
+                 "is the whole run's." if earlier else "")
+              + (f" {unknown} job(s) left out: their run was continued after the job ended (by a command of its own), "
+                 "so what the job itself trained is not recorded." if unknown else ""), ""]
     return lines
 
 
-def _trained_in_job(run_dir: Path, job: JobRecord, run_seconds: float) -> tuple[float, bool]:
-    """The training seconds `job` did itself, and whether they are the whole run's. status.json dates the run's
-    latest attempt and counts the epochs it started from: an attempt from before the job means the job found the run
-    trained; one within it trained the epochs after those. A folder whose status.json does not say: the run's own."""
+def _trained_in_job(run_dir: Path, job: JobRecord, run_seconds: float) -> tuple[float | None, bool]:
+    """The training seconds `job` did itself (None: not recorded), and whether they are the whole run's. status.json
+    dates the run's latest attempt and counts the epochs it started from: an attempt from before the job means the job
+    found the run trained; one within it trained the epochs after those; one after it (the run continued by a command
+    of its own) leaves what the job trained unknown. A folder whose status.json does not say: the run's own."""
     status = files.read_status(run_dir)
     if "started_at" not in status:
         return run_seconds, True
     # status.json keeps whole seconds, job.json milliseconds: an attempt in the job's first second is the job's.
-    if pd.Timestamp(status["started_at"]) < pd.Timestamp(job.started_at).floor("s"):
+    attempt = pd.Timestamp(status["started_at"])
+    if attempt < pd.Timestamp(job.started_at).floor("s"):
         return 0.0, False
+    if attempt > pd.Timestamp(job.ended_at):
+        return None, False
     if not status.get("started_from_epoch"):  # (a run from before the key: as if from the start)
         return run_seconds, True
     history = files.read_history(run_dir)
