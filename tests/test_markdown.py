@@ -449,14 +449,17 @@ def test_a_job_that_found_its_run_trained_counts_only_the_epochs_it_trained_itse
         JobRecord(job=int(folder.name[0]), overrides=[], started_at=started, ended_at="2026-01-02T00:01:00.000+00:00",
                   wall_seconds=wall, host="node", pid=1, status="COMPLETED").write(folder)
 
+    def summary() -> str:
+        write_summary(tmp_path)
+        return (tmp_path / "summary.md").read_text()
+
     # Found finished: its only attempt started the day before this job.
     job(tmp_path / "0_seed-0", "2026-01-02T00:00:00.500+00:00", 2.0,
         {"started_at": "2026-01-01T00:00:00+0000", "epochs_done": 2, "started_from_epoch": 0})
     # Continued after epoch 1, in the job's first second (status.json keeps whole seconds): its epoch 2, 7 s.
     job(tmp_path / "1_seed-1", "2026-01-02T00:00:00.500+00:00", 10.0,
         {"started_at": "2026-01-02T00:00:00+0000", "epochs_done": 2, "started_from_epoch": 1})
-    write_summary(tmp_path)
-    text = (tmp_path / "summary.md").read_text()
+    text = summary()
     assert "The jobs' own wall times add up to 12.0 s; training passes took 7.0 s of them (58%)" in text
     assert "2 of the jobs found their run trained, in full or in part, by an earlier attempt" in text
     runs = {r["run folder"]: r for r in md_table(text, "## Runs")}
@@ -464,7 +467,6 @@ def test_a_job_that_found_its_run_trained_counts_only_the_epochs_it_trained_itse
     # Continued an hour after its job ended, by a command of its own: what the job trained is not recorded.
     job(tmp_path / "2_seed-2", "2026-01-02T00:00:00.500+00:00", 6.0,
         {"started_at": "2026-01-02T01:00:00+0000", "epochs_done": 2, "started_from_epoch": 1})
-    write_summary(tmp_path)
-    text = (tmp_path / "summary.md").read_text()
+    text = summary()
     assert "The jobs' own wall times add up to 12.0 s; training passes took 7.0 s of them (58%)" in text
     assert "1 job(s) left out: their run was continued after the job ended" in text
