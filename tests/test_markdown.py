@@ -470,3 +470,17 @@ def test_a_job_that_found_its_run_trained_counts_only_the_epochs_it_trained_itse
     text = summary()
     assert "The jobs' own wall times add up to 12.0 s; training passes took 7.0 s of them (58%)" in text
     assert "1 job(s) left out: their run was continued after the job ended" in text
+
+
+def test_the_runs_table_shows_what_a_run_decided_from_its_corpus_beside_the_null_that_groups_it(tmp_path):
+    """A setting left null adapts per run (a vocabulary per seed's training split): the table by group keeps it null,
+    so that the seeds of one command average together, and the table of runs says the value each run trained with."""
+    fake_run(tmp_path / "0_own", seed=0, model__d_model=64, adapted={"model.d_model": "64: short texts"})
+    fake_run(tmp_path / "1_own", seed=1, model__d_model=64, adapted={"model.d_model": "64: short texts"})
+    fake_run(tmp_path / "2_set", seed=0, model__d_model=128)
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    runs = {r["run folder"]: r["model.d_model"] for r in md_table(text, "## Runs")}
+    assert runs == {"0_own": "64 (adapted)", "1_own": "64 (adapted)", "2_set": "128"}
+    groups = sorted((r["model.d_model"], r["runs"]) for r in md_table(text, "## By dataset"))
+    assert groups == [("128", "1"), ("None", "2")]  # the two adapted seeds are one group

@@ -54,7 +54,7 @@ def write_sweep_page(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, fou
             "against": _rows(each.against), "pe": _rows(each.pe),
         })
     times = [line for line in sweep_markdown(folder, runs)[1:] if line and not line.startswith("#")]
-    shown = readable_runs(runs)
+    shown = readable_runs(folder, runs)
     # The link first, where a phone shows it without scrolling.
     shown = shown[["run folder", *(c for c in shown.columns if c != "run folder")]]
     links = {d: quote(f"{d}/{files.REPORT_PAGE}") for d in runs["run_dir"]  # a folder name may hold # or %

@@ -65,6 +65,17 @@ def run_settings(run_dir: Path) -> dict[str, object]:
             if k not in COLUMNS and is_training_setting(k)}
 
 
+def adapted_values(run_dir: Path) -> dict[str, object]:
+    """The values the run decided from its corpus (metrics.json's `adapted`), as its config.yaml holds them: what
+    the tables show beside the null that groups the run with its seeds."""
+    try:
+        adapted = read_metrics(run_dir).adapted
+    except (OSError, *UNREADABLE):
+        return {}
+    config = flat(files.read_config(run_dir) or {})
+    return {key: config[key] for key in adapted if key in config}
+
+
 def epoch_seconds(run_dir: Path) -> np.ndarray:
     """The run's training seconds per epoch (history.csv); empty for a run without epochs (a baseline)."""
     history = files.read_history(run_dir)

@@ -15,6 +15,7 @@ from mha_textclf.sweeps.collect import (
     NO_PE,
     PE_TEXT,
     SECONDS_TO,
+    adapted_values,
     epoch_seconds,
     finished,
     setting_columns,
@@ -53,7 +54,7 @@ def summary_markdown(folder: Path, runs: pd.DataFrame, groups: pd.DataFrame, ref
         readable = readable_groups(groups, setting_columns(runs))
         parts += ["## By dataset, model, pe and varying settings: every metric (mean ± std over runs)", "",
                   markdown_table(readable), ""]
-    parts += ["## Runs", "", markdown_table(readable_runs(runs)), ""]
+    parts += ["## Runs", "", markdown_table(readable_runs(folder, runs)), ""]
     failed = runs[runs["status"] == "failed"]
     if not failed.empty:
         parts += ["## Failed runs", ""] + [f"- `{r.run_dir}`: {r.error}" for r in failed.itertuples()] + [""]
@@ -346,7 +347,7 @@ def readable_groups(groups: pd.DataFrame, settings: list[str]) -> pd.DataFrame:
     })
 
 
-def readable_runs(runs: pd.DataFrame) -> pd.DataFrame:
+def readable_runs(folder: Path, runs: pd.DataFrame) -> pd.DataFrame:
     shown = runs.drop(columns=["error", "val_samples", "test_samples"]).copy()
     if shown["peak_cuda_mb"].isna().all():
         shown = shown.drop(columns=["peak_cuda_mb"])
@@ -367,6 +368,11 @@ def readable_runs(runs: pd.DataFrame) -> pd.DataFrame:
     shown["pe"] = shown["pe"].map(lambda v: "" if v is None or pd.isna(v) else str(v))
     for column in setting_columns(runs):
         shown[column] = shown[column].map(setting_text)
+    # A value the run decided from its corpus is null in the table, so that its seeds group together: say what ran.
+    for row, run_dir in enumerate(runs["run_dir"]):
+        for key, value in adapted_values(folder / run_dir).items():
+            if key in shown and shown[key].iloc[row] == "None":
+                shown.loc[shown.index[row], key] = f"{setting_text(str(value))} (adapted)"
     return shown.rename(columns={
         "val_accuracy": "val accuracy", "val_macro_f1": "val macro-F1", "test_accuracy": "test accuracy",
         "test_macro_f1": "test macro-F1", "train_seconds": "train s", "job_seconds": "job s",
