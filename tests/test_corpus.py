@@ -266,6 +266,8 @@ def test_a_hub_dataset_takes_the_same_path_after_loading(monkeypatch):
     ({"train": rows(20), "test": rows(4, ("a", "b", "c", "zzz"))}, {},
      "The test split of .* has label\\(s\\) \\['2', '3'\\] that the train split never has"),
     ({"train": [r | {"label": 0.5 + i % 2} for i, r in enumerate(rows(8))]}, {}, "neither integer ids nor strings"),
+    ({"train": [r | {"label": 1 if i % 2 else "sport"} for i, r in enumerate(rows(8))]}, {},
+     re.escape("mix integer ids and class names (e.g. 1 and 'sport'); give every label in one form.")),
     ({"train": [r | {"label": 0} for r in rows(20)]}, {}, "single class"),
     ({"train": rows(10)}, {"test_fraction": 0.1}, "Cannot carve a stratified test split .* data.test_fraction"),
     ({"train": [], "test": rows(4)}, {}, "is empty"),

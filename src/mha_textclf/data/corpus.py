@@ -323,7 +323,12 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
     elif all(isinstance(v, str) for v in values["train"]):
         names = {v: v for v in set(values["train"])}
     else:
-        example = next(v for v in values["train"] if not isinstance(v, int | str) or isinstance(v, bool))
+        example = next((v for v in values["train"] if not isinstance(v, int | str) or isinstance(v, bool)), None)
+        if example is None:  # every label an id or a name, but both kinds in one column
+            number = next(v for v in values["train"] if not isinstance(v, str))
+            text = next(v for v in values["train"] if isinstance(v, str))
+            raise UserError(f"The labels in column {column!r} of {path!r} mix integer ids and class names (e.g. "
+                            f"{number!r} and {text!r}); give every label in one form.")
         raise UserError(f"The labels in column {column!r} of {path!r} are neither integer ids nor strings (e.g. "
                         f"{example!r}, {type(example).__name__}); give class ids, class names, or a ClassLabel.")
     classes = sorted(set(values["train"]))  # by id, or by name for string labels
