@@ -695,3 +695,26 @@ def test_rows_without_text_are_kept_and_counted_per_split_with_the_first_rows_na
     with caplog.at_level(logging.WARNING, logger="mha_textclf.data"):
         load(write_jsonl(tmp_path / "titled", {"train": titled}), text_column=["title", "body"])
     assert not [r for r in caplog.records if "no text" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("encoding", "said"), [
+    ("cp1252", "byte 0xe9 is not UTF-8, as in Latin-1 or Windows-1252 text"),
+    ("utf-16", "they start with a UTF-16 byte order mark"),
+])
+def test_a_file_not_in_utf8_is_said_to_be_and_how_to_convert_it(tmp_path, encoding, said):
+    """datasets reads UTF-8 only: a file saved in another encoding failed with "An error occurred while generating
+    the dataset" and no word of the encoding."""
+    path = tmp_path / "news.csv"
+    path.write_text("text,label\n" + "".join(f"café équipe {i},{'ab'[i % 2]}\n" for i in range(20)), encoding=encoding)
+    with pytest.raises(UserError) as refused:
+        load(path)
+    assert str(refused.value) == (f"Could not read {str(path)!r}: its files must be UTF-8, and {said}. Save them as "
+                                  "UTF-8 (e.g. iconv -f <their encoding> -t UTF-8 <file> > <new file>) and point "
+                                  "data.path at those.")
+
+
+def test_a_csv_with_a_header_alone_is_a_split_without_rows(tmp_path):
+    (tmp_path / "news.csv").write_text("text,label\n")
+    with pytest.raises(UserError, match=re.escape(f"The train split of {str(tmp_path / 'news.csv')!r} has no rows (a "
+                                                  "header alone?); each split needs at least one labelled text.")):
+        load(tmp_path / "news.csv")

@@ -195,9 +195,28 @@ def _load(path: str, name: str | None, separator: str | None = None) -> dict:
     except UserError:
         raise
     except Exception as e:  # hub and parsing errors land here; say what to do about them
-        raise UserError(f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\n"
-                        + (_offline_hint() if not local.exists() else "Check that its files parse as their "
-                           "extension says.")) from e
+        raise UserError(_unreadable(e, path, local)) from e
+
+
+def _unreadable(e: Exception, path: str, local: Path) -> str:
+    """Why the data could not be loaded, and what to do: files not in UTF-8, a split without rows, else the
+    library's words."""
+    causes = [e]
+    while (cause := causes[-1].__cause__ or causes[-1].__context__) is not None and cause not in causes:
+        causes.append(cause)
+    decode = next((c for c in causes if isinstance(c, UnicodeDecodeError)), None)
+    if decode is not None:
+        utf16 = decode.start == 0 and bytes(decode.object[:2]) in (b"\xff\xfe", b"\xfe\xff")
+        found = ("they start with a UTF-16 byte order mark" if utf16 else
+                 f"byte 0x{decode.object[decode.start]:02x} is not UTF-8, as in Latin-1 or Windows-1252 text")
+        return (f"Could not read {path!r}: its files must be UTF-8, and {found}. Save them as UTF-8 (e.g. iconv -f "
+                "<their encoding> -t UTF-8 <file> > <new file>) and point data.path at those.")
+    empty = re.search(r'Instruction "(\w+)" corresponds to no data', str(e))
+    if empty and local.exists():
+        return (f"The {empty[1]} split of {path!r} has no rows (a header alone?); each split needs at least one "
+                "labelled text.")
+    return (f"Could not load the dataset {path!r}: {type(e).__name__}: {e}\n"
+            + (_offline_hint() if not local.exists() else "Check that its files parse as their extension says."))
 
 
 @contextmanager
