@@ -718,3 +718,27 @@ def test_a_csv_with_a_header_alone_is_a_split_without_rows(tmp_path):
     with pytest.raises(UserError, match=re.escape(f"The train split of {str(tmp_path / 'news.csv')!r} has no rows (a "
                                                   "header alone?); each split needs at least one labelled text.")):
         load(tmp_path / "news.csv")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (lambda i: f"word {i} and more".split(), "holds lists, not text (e.g. \"['word', '0', 'and', 'more']\")"),
+    (lambda i: i * 7, "holds numbers (int64), not text (e.g. '0')"),
+])
+def test_a_text_column_of_lists_or_numbers_is_refused_not_read_as_its_python_text(tmp_path, text, said):
+    """A list of words or a number reached the tokenizer as Python wrote it ("['coach', 'match']", "406"): trained
+    on silently, at chance."""
+    write_jsonl(tmp_path, {"train": [{"text": text(i), "label": "ab"[i % 2]} for i in range(20)]})
+    with pytest.raises(UserError) as refused:
+        load(tmp_path)
+    assert f"Column 'text' of the train split of {str(tmp_path)!r} {said}. Name the column of texts" in \
+        str(refused.value)
+
+
+def test_a_split_without_a_single_text_is_refused_as_the_wrong_column(tmp_path):
+    """Every text empty (here a .csv's empty column, which reads as NaN): refused, where it trained at chance with a
+    warning."""
+    (tmp_path / "news.csv").write_text("text,label\n" + "".join(f",{'ab'[i % 2]}\n" for i in range(20)))
+    with pytest.raises(UserError, match=re.escape(f"The train split of {str(tmp_path / 'news.csv')!r} has no text in "
+                                                  "['text'] in any of its 20 rows. Name the column of texts with "
+                                                  "data.text_column=<column>.")):
+        load(tmp_path / "news.csv")

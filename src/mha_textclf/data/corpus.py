@@ -100,6 +100,9 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
     splits = {s: Split(_texts(d, columns), labels[s]) for s, d in found.items() if d is not None}
     for split, part in splits.items():  # rows as read, before any carving, so that the numbers find them
         empty = [i for i, text in enumerate(part.texts) if not text.strip()]
+        if len(empty) == len(part):  # not one text to learn from or to test on: the wrong column, surely
+            raise UserError(f"The {split} split of {path!r} has no text in {columns} in any of its {len(part)} rows. "
+                            "Name the column of texts with data.text_column=<column>.")
         if empty:
             log.warning(f"The {split} split of {path!r} has {len(empty)} of {len(part)} rows with no text in "
                         f"{columns} (row{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty[:5]))}"
@@ -302,6 +305,17 @@ def _check_columns(dataset, columns: list[str], label_column: str, split: str, p
                         f"a space: data.text_column=[title,body]) and data.label_column=<column>.{hint}")
     if len(dataset) == 0:
         raise UserError(f"The {split} split of {path!r} is empty.")
+    for column in columns:  # a list or a number would reach the tokenizer as its Python text: "['coach', ...]", "406"
+        dtype = getattr(dataset.features[column], "dtype", None)
+        if dtype in ("string", "large_string"):
+            continue
+        example = next((v for v in _column(dataset, column) if v is not None), None)
+        if example is None:  # no value at all (null, or NaN in a .csv): refused below, as a column without text
+            continue
+        kind = f"numbers ({dtype})" if dtype else f"{type(example).__name__}s"
+        raise UserError(f"Column {column!r} of the {split} split of {path!r} holds {kind}, not text (e.g. "
+                        f"{str(example)[:60]!r}). Name the column of texts with data.text_column=<column>, or make "
+                        "each of its values one string.")
 
 
 def _texts(dataset, columns: list[str]) -> list[str]:
