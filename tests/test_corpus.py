@@ -742,3 +742,24 @@ def test_a_split_without_a_single_text_is_refused_as_the_wrong_column(tmp_path):
                                                   "['text'] in any of its 20 rows. Name the column of texts with "
                                                   "data.text_column=<column>.")):
         load(tmp_path / "news.csv")
+
+
+def test_class_names_that_differ_only_in_spaces_or_case_are_kept_apart_with_a_warning(tmp_path, caplog):
+    """"sport" and "sport " (a trailing space in a spreadsheet), or "Sport": classes of their own, as the data gives
+    them, and a warning names them, since they are likely one class each."""
+    import logging
+
+    names = ["sport", "sport ", "Politics", "politics"]
+    write_jsonl(tmp_path, {"train": [{"text": f"words {i}", "label": names[i % 4]} for i in range(40)]})
+    with caplog.at_level(logging.WARNING):
+        corpus = load(tmp_path)
+    assert corpus.class_names == ["Politics", "politics", "sport", "sport "]
+    warned = [r.getMessage() for r in caplog.records if "letter case" in r.getMessage()]
+    assert warned == [f"Column 'label' of {str(tmp_path)!r} has class names that differ only in spaces or letter case "
+                      "(['Politics', 'politics'], ['sport', 'sport ']): each is a class of its own. If they are one "
+                      "class, clean the labels."]
+    caplog.clear()
+    write_jsonl(tmp_path / "clean", {"train": [{"text": f"words {i}", "label": "ab"[i % 2]} for i in range(20)]})
+    with caplog.at_level(logging.WARNING):
+        load(tmp_path / "clean")
+    assert not [r for r in caplog.records if "letter case" in r.getMessage()]

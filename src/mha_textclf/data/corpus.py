@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -355,6 +355,14 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
                 names |= dict(zip(_column(d, column), _column(d, "label_text"), strict=True))
     elif all(isinstance(v, str) for v in values["train"]):
         names = {v: v for v in set(values["train"])}
+        alike = defaultdict(set)
+        for name in names:
+            alike[" ".join(name.split()).casefold()].add(name)
+        twins = [sorted(group) for group in alike.values() if len(group) > 1]
+        if twins:  # "sport" and "sport ", "Sport": kept apart, as given, but likely one class each
+            shown = ", ".join(map(str, sorted(twins)[:3])) + (", ..." if len(twins) > 3 else "")
+            log.warning(f"Column {column!r} of {path!r} has class names that differ only in spaces or letter case "
+                        f"({shown}): each is a class of its own. If they are one class, clean the labels.")
     else:
         example = next((v for v in values["train"] if not isinstance(v, int | str) or isinstance(v, bool)), None)
         if example is None:  # every label an id or a name, but both kinds in one column
