@@ -575,7 +575,7 @@ def test_a_class_with_a_single_training_text_stays_in_train_and_the_rest_is_carv
     with caplog.at_level(logging.INFO, logger="mha_textclf.data"):
         corpus = load_corpus(DataSettings(path=str(tmp_path)), seed=3)
     (said,) = [r.getMessage() for r in caplog.records if "single training text" in r.getMessage()]
-    assert said.endswith(": alone")
+    assert said == "validation split: 1 class has a single training text, which stays in train: alone"
     assert "text 7" in corpus.train.texts and "text 7" not in corpus.val.texts
     # The others are carved exactly as scikit-learn carves them without the lone text.
     others = [r for r in records if r["label"] != "alone"]

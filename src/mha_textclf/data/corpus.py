@@ -156,7 +156,8 @@ def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, cl
                         f"classes (class counts, fewest first: {shown}{more}), and each side needs a text of each "
                         f"class. Change {setting} or add data.") from e
     if alone.any():
-        log.info(f"{what} split: {int(alone.sum())} classes have a single training text, which stays in train: "
+        n, have = int(alone.sum()), "classes have" if alone.sum() > 1 else "class has"
+        log.info(f"{what} split: {n} {have} a single training text, which stays in train: "
                  f"{', '.join(class_names[label] for label in labels[alone])}")
         keep = np.concatenate([keep, texts[alone]])
     return _take(split, keep), _take(split, carved)
