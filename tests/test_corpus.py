@@ -505,7 +505,8 @@ def test_missing_labels_are_named_and_whole_floats_are_ids(tmp_path):
     frame = pd.DataFrame(rows(20))
     frame.loc[3, "label"] = None  # an empty cell: pandas writes it empty, the reader makes the column float
     frame.to_csv(tmp_path / "train.csv", index=False)
-    with pytest.raises(UserError, match=r"Row 3 of the train split .* has no label in column 'label'"):
+    with pytest.raises(UserError, match=r"Row 4 \(counting from 1\) of the train split .* has no label in column "
+                                        r"'label'"):
         load(tmp_path)
     frame.loc[3, "label"] = 1
     frame.astype({"label": float}).to_csv(tmp_path / "train.csv", index=False)  # 0.0, 1.0, ...
@@ -685,10 +686,11 @@ def test_rows_without_text_are_kept_and_counted_per_split_with_the_first_rows_na
     with caplog.at_level(logging.WARNING, logger="mha_textclf.data"):
         corpus = load(folder)
     said = [r.getMessage() for r in caplog.records if "no text" in r.getMessage()]
-    assert said == [f"The train split of {str(folder)!r} has 6 of 16 rows with no text in ['text'] (rows 2, 3, 5, 8, "
-                    "9, ...): the model sees [CLS] alone for them. Drop them, or name the text with data.text_column.",
-                    f"The test split of {str(folder)!r} has 1 of 4 rows with no text in ['text'] (row 1): the model "
-                    "sees [CLS] alone for them. Drop them, or name the text with data.text_column."]
+    assert said == [f"The train split of {str(folder)!r} has 6 of 16 rows with no text in ['text'] (rows 3, 4, 6, 9, "
+                    "10, ..., counting from 1): the model sees [CLS] alone for them. Drop them, or name the text with "
+                    "data.text_column.",
+                    f"The test split of {str(folder)!r} has 1 of 4 rows with no text in ['text'] (row 2, counting from "
+                    "1): the model sees [CLS] alone for them. Drop them, or name the text with data.text_column."]
     assert len(corpus.train) + len(corpus.val) == 16 and len(corpus.test) == 4
     titled = [{"title": None if i % 2 else f"title {i}", "body": f"body {i}", "label": i % 2} for i in range(12)]
     caplog.clear()

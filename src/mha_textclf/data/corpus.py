@@ -105,9 +105,9 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
                             "Name the column of texts with data.text_column=<column>.")
         if empty:
             log.warning(f"The {split} split of {path!r} has {len(empty)} of {len(part)} rows with no text in "
-                        f"{columns} (row{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty[:5]))}"
-                        f"{', ...' if len(empty) > 5 else ''}): the model sees [CLS] alone for them. Drop them, or "
-                        "name the text with data.text_column.")
+                        f"{columns} (row{'s' if len(empty) > 1 else ''} {', '.join(str(i + 1) for i in empty[:5])}"
+                        f"{', ...' if len(empty) > 5 else ''}, counting from 1): the model sees [CLS] alone for them. "
+                        "Drop them, or name the text with data.text_column.")
 
     if "test" not in splits:
         splits["train"], splits["test"] = _carve(splits["train"], settings.test_fraction, TEST_SPLIT_SEED,
@@ -345,8 +345,8 @@ def _classes(splits: dict, column: str, path: str) -> tuple[list[str], dict[str,
     values = {split: [_label(v) for v in _column(d, column)] for split, d in splits.items()}
     if any(v is None for split_values in values.values() for v in split_values):
         split, row = next((s, i) for s, vs in values.items() for i, v in enumerate(vs) if v is None)
-        raise UserError(f"Row {row} of the {split} split of {path!r} (and maybe others) has no label in column "
-                        f"{column!r}; drop those rows or label them.")
+        raise UserError(f"Row {row + 1} (counting from 1) of the {split} split of {path!r} (and maybe others) has "
+                        f"no label in column {column!r}; drop those rows or label them.")
     if isinstance(feature, datasets.ClassLabel):
         names = dict(enumerate(feature.names))
     elif all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values["train"]):
