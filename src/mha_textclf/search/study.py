@@ -107,8 +107,8 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
         # A trial that fails (a loss that diverges at a sampled learning rate, memory) is recorded as failed, and the
         # study goes on; an interrupted one stops it. This worker stops once the study has n_trials finished trials,
         # whoever finished them: each other worker may then still finish the one it runs, one over each.
-        quiet = _QuietTrialErrors()
-        logging.getLogger("optuna.study._optimize").addFilter(quiet)
+        quiet, optuna_log = _QuietTrialErrors(), logging.getLogger("optuna.study._optimize")  # it logs each trial
+        optuna_log.addFilter(quiet)
         try:
             study.optimize(objective, n_trials=todo, catch=(UserError, RuntimeError, ValueError),
                            callbacks=[optuna.study.MaxTrialsCallback(settings.n_trials, states=finished_states)],
@@ -119,7 +119,7 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
                 write_study_reports(study, study_dir)
             raise
         finally:
-            logging.getLogger("optuna.study._optimize").removeFilter(quiet)
+            optuna_log.removeFilter(quiet)
     log.info(f"this worker's session: {time.perf_counter() - start:.0f} s")
     fail_stale_trials(study)
     write_study_reports(study, study_dir)

@@ -115,7 +115,7 @@ def plot_memory(runs: pd.DataFrame) -> Figure:
             values = group[column].dropna()
             if values.empty:
                 continue
-            extra = "".join(f", {c}={setting_text(v)}" for c, v in zip(setting_columns(runs), rest, strict=True))
+            extra = _settings_text(setting_columns(runs), rest)
             labels.append(f"{dataset}: " * several + _variant_name(model, pe) + extra + f" ({_runs(len(values))})")
             means.append(values.mean())
             lows.append(values.mean() - values.min())
@@ -135,6 +135,11 @@ def plot_memory(runs: pd.DataFrame) -> Figure:
         ax.title.set_fontsize(10)
         ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _settings_text(settings: list[str], values) -> str:
+    """", key=value" for each setting a sweep varies, as the labels of every figure name a variant's."""
+    return "".join(f", {c}={setting_text(v)}" for c, v in zip(settings, values, strict=True))
 
 
 def _beside(labels: list[str]) -> float:
@@ -162,7 +167,7 @@ def plot_loss_curves(folder: Path, runs: pd.DataFrame) -> Figure:
                          if (history := files.read_history(folder / d)) is not None]
             if not histories:
                 continue
-            extra = "".join(f", {c}={setting_text(v)}" for c, v in zip(settings, rest, strict=True))
+            extra = _settings_text(settings, rest)
             label = (f"pe={pe}" if pe in PE_MARKERS else "no pe") + extra
             colour = PE_STYLES.get(pe, "tab:gray") if not settings else colours.get(label, f"C{len(colours) % 10}")
             for column, style in (("train_loss", "-"), ("val_loss", "--")):
@@ -231,8 +236,7 @@ def plot_accuracy_by_seed(runs: pd.DataFrame, dataset: str) -> Figure:
     for y, (key, variant) in zip(np.arange(len(variants))[::-1], variants, strict=True):
         model, pe, *rest = key
         colour = f"C{models.index(model) % 10}"
-        labels.append(_variant_name(model, pe) + "".join(f", {c}={setting_text(v)}" for c, v in zip(settings, rest,
-                                                                                                     strict=True)))
+        labels.append(_variant_name(model, pe) + _settings_text(settings, rest))
         ax.scatter(variant["test_accuracy"], [y] * len(variant), color=colour, marker=PE_MARKERS.get(pe, "*"),
                    alpha=0.8, zorder=3)
         for accuracy, seed in zip(variant["test_accuracy"], variant["seed"], strict=True):
