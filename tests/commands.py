@@ -63,12 +63,11 @@ def blank_png() -> bytes:
 
 
 def draw_figures_only() -> None:
-    """From now on in this process, a figure written through runs/files.write_figure is drawn by the code that made
-    it, and its file holds a blank PNG instead of its rendering."""
+    """From now on in this process, a figure is drawn by the code that made it, and its file (or a page's inline
+    image) holds a blank PNG instead of its rendering (runs/files.figure_png renders every figure)."""
     from mha_textclf.runs import files
 
-    files.write_figure = lambda path, figure, **savefig: files.write_atomically(
-        path, lambda tmp: tmp.write_bytes(blank_png()))
+    files.figure_png = lambda figure, **savefig: blank_png()
 
 
 def _forkserver() -> multiprocessing.context.BaseContext:

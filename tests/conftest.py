@@ -308,19 +308,19 @@ def smoke_run(data_dir, tmp_path_factory) -> TrainedRun:
 
 def capture_figures(patch: pytest.MonkeyPatch, write: bool = True) -> dict:
     """Every figure written from now on (through runs/files.write_figure, as all of them are), by its file name; with
-    `write=False` drawn but not rendered (its pixels take most of a second): its file holds a blank PNG."""
+    `write=False` drawn but not rendered (its pixels take most of a second): its file, and a page's inline image
+    (runs/files.figure_png renders both), hold a blank PNG."""
     from mha_textclf.runs import files
 
-    figures, real = {}, _real_write_figure()
+    figures = {}
+    real_write, real_png = _real_figure_functions()
 
     def write_figure(path, figure, **savefig):
         figures[Path(path).name] = figure
-        if write:
-            real(path, figure, **savefig)
-        else:
-            files.write_atomically(path, lambda tmp: tmp.write_bytes(commands.blank_png()))
+        real_write(path, figure, **savefig)
 
     patch.setattr(files, "write_figure", write_figure)
+    patch.setattr(files, "figure_png", real_png if write else lambda figure, **savefig: commands.blank_png())
     return figures
 
 
@@ -334,11 +334,11 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 @functools.cache
-def _real_write_figure():
-    """files.write_figure as the package has it, whatever a test's patch made of it since."""
+def _real_figure_functions():
+    """files.write_figure and files.figure_png as the package has them, whatever a test's patch made of them since."""
     from mha_textclf.runs import files
 
-    return files.write_figure
+    return files.write_figure, files.figure_png
 
 
 def run_split(run_dir: Path, split: str):

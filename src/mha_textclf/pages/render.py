@@ -7,8 +7,8 @@ Images travel inside the page as base64 PNG; the styles are in the base template
 from __future__ import annotations
 
 import base64
+import functools
 import html
-import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +37,8 @@ def png_file(path: Path, title: str, caption: str = "") -> Image | None:
 
 def png_figure(figure: Any, title: str, caption: str = "", dpi: int = 100) -> Image:
     """A matplotlib figure drawn straight into the page (no file beside it)."""
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
-    return Image(title, "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"), caption)
+    png = files.figure_png(figure, dpi=dpi)
+    return Image(title, "data:image/png;base64," + base64.b64encode(png).decode("ascii"), caption)
 
 
 def code_spans(text: str) -> Markup:
@@ -47,8 +46,10 @@ def code_spans(text: str) -> Markup:
     return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text)))
 
 
+@functools.cache
 def environment():
-    """Jinja with autoescaping: a text from the corpus or a class name is shown as written, never read as HTML."""
+    """Jinja with autoescaping: a text from the corpus or a class name is shown as written, never read as HTML. One
+    per process: it keeps each template compiled (compiling one costs more than rendering it)."""
     import jinja2  # here: only the pages need it
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("mha_textclf.pages", "templates"),

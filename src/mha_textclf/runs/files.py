@@ -8,6 +8,7 @@ folder, the tokenizer cache) goes through `write_atomically`.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import shutil
@@ -152,9 +153,18 @@ def write_text(path: Path, text: str) -> None:
     write_atomically(path, lambda tmp: tmp.write_text(text))
 
 
+def figure_png(figure: Any, **savefig: Any) -> bytes:
+    """A matplotlib figure rendered as PNG (`savefig`: dpi, bbox_inches, ...): what a figure file holds, and what a
+    page inlines."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", **savefig)
+    return buffer.getvalue()
+
+
 def write_figure(path: Path, figure: Any, **savefig: Any) -> None:
     """A matplotlib figure as a PNG file (`savefig`: dpi, bbox_inches, ...)."""
-    write_atomically(path, lambda tmp: figure.savefig(tmp, format="png", **savefig))
+    png = figure_png(figure, **savefig)
+    write_atomically(path, lambda tmp: tmp.write_bytes(png))
 
 
 def write_json(path: Path, obj: dict) -> None:
