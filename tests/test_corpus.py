@@ -178,6 +178,38 @@ def test_a_save_to_disk_folder_with_class_label_names(tmp_path):
     assert (len(corpus.train), len(corpus.val), len(corpus.test)) == (24, 8, 8)
 
 
+@pytest.mark.unit
+def test_the_data_fingerprint_follows_what_loading_reads_not_where_it_lies(tmp_path):
+    """A run folder keeps the SHA-256 of its corpus's files, to tell the same data moved from other data: the same
+    files elsewhere give the same fingerprint, a changed byte or a renamed split file another, and what loading does
+    not read (a file named after no split, beside split files) none of it."""
+    rows = {"train": [{"text": f"t{i}", "label": i % 2} for i in range(8)], "test": [{"text": "x", "label": 0}]}
+    first = corpus_module.source_fingerprint(str(write_jsonl(tmp_path / "a", rows)))
+    assert first is not None and first == corpus_module.source_fingerprint(str(write_jsonl(tmp_path / "b", rows)))
+    (tmp_path / "b" / "notes.jsonl").write_text('{"text": "y", "label": 1}\n')
+    assert corpus_module.source_fingerprint(str(tmp_path / "b")) == first
+    changed = write_jsonl(tmp_path / "c", {**rows, "test": [{"text": "x", "label": 1}]})
+    assert corpus_module.source_fingerprint(str(changed)) != first
+    (tmp_path / "a" / "test.jsonl").rename(tmp_path / "a" / "validation.jsonl")
+    assert corpus_module.source_fingerprint(str(tmp_path / "a")) != first
+    # A single file is its bytes, whatever its name; a hub id or a path that is not there has no fingerprint.
+    one = tmp_path / "one.jsonl"
+    one.write_bytes((tmp_path / "b" / "train.jsonl").read_bytes())
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_bytes(one.read_bytes())
+    assert corpus_module.source_fingerprint(str(one)) == corpus_module.source_fingerprint(str(renamed)) is not None
+    assert corpus_module.source_fingerprint("SetFit/bbc-news") is None
+    assert corpus_module.source_fingerprint(str(tmp_path / "missing")) is None
+
+
+def test_a_save_to_disk_folder_s_fingerprint_is_every_file_it_holds(tmp_path):
+    dataset = datasets.Dataset.from_dict({"text": ["a", "b"], "label": [0, 1]})
+    dataset.save_to_disk(tmp_path / "one")
+    first = corpus_module.source_fingerprint(str(tmp_path / "one"))
+    datasets.Dataset.from_dict({"text": ["a", "c"], "label": [0, 1]}).save_to_disk(tmp_path / "two")
+    assert first is not None and corpus_module.source_fingerprint(str(tmp_path / "two")) != first
+
+
 def test_several_text_columns_are_joined_and_integer_labels_named_from_label_text(tmp_path):
     records = [{"title": f"title {i}", "body": f"body {i}", "label": 10 + i % 2, "label_text": ["no", "yes"][i % 2]}
                for i in range(16)]

@@ -158,6 +158,33 @@ def test_the_same_command_on_a_finished_folder_trains_nothing(data_dir, tmp_path
 
 
 @pytest.mark.slow
+def test_the_same_command_on_other_data_at_the_same_path_is_refused(data_dir, tmp_path):
+    """data.path may move, but the texts may not change under a run: found finished, its results would be for data it
+    did not train on; continued, it would train on two corpora. The same command is refused, the folder unchanged."""
+    from mha_textclf.data.corpus import source_fingerprint
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.jsonl", "test.jsonl"):
+        (data / name).write_bytes((data_dir / name).read_bytes())
+    run_dir = tmp_path / "run"
+    train_in_process(run_dir, *COMMON, "trainer.epochs=1", data_dir=data)
+    assert files.read_status(run_dir)["data"] == source_fingerprint(str(data))
+    lines = (data / "test.jsonl").read_text().splitlines(keepends=True)
+    (data / "test.jsonl").write_text("".join(lines[:-1]))  # one test article fewer
+    before = fingerprint(run_dir)
+    with pytest.raises(RunFolderError, match=re.escape(f"{run_dir} holds a run trained on other data: the files at "
+                                                       f"data.path={data} differ from those it read; nothing was "
+                                                       "changed.")):
+        train_in_process(run_dir, *COMMON, "trainer.epochs=1", data_dir=data)
+    assert fingerprint(run_dir) == before
+    # Stopped before it finished, the run is refused the same way rather than continued on the new texts.
+    lifecycle.mark(run_dir, lifecycle.INTERRUPTED)
+    with pytest.raises(RunFolderError, match="trained on other data"):
+        train_in_process(run_dir, *COMMON, "trainer.epochs=1", data_dir=data)
+
+
+@pytest.mark.slow
 def test_other_settings_are_refused_before_anything_changes_and_overwrite_starts_afresh(data_dir, tmp_path):
     run_dir = tmp_path / "run"
     # The first run draws a heatmap for a probe sentence that the run replacing it does not have.

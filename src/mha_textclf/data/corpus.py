@@ -3,6 +3,7 @@ its splits and classes: texts and class indices for train, validation and test, 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import re
@@ -134,6 +135,31 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
     return Corpus(train, val, test, class_names, dataset_name(path), sources)
 
 
+def source_fingerprint(path: str) -> str | None:
+    """The SHA-256 of what loading a local corpus reads (each data file's path inside the corpus and its bytes; every
+    file of a save_to_disk folder), so that a run can tell the same data moved from other data at the same path.
+    None for a hub id or a path that cannot be read: loading it says what is wrong."""
+    local = Path(path).expanduser()
+    try:
+        if local.is_dir() and _saved_by_datasets(local):
+            found = sorted(p for p in local.rglob("*") if p.is_file())
+        elif local.exists():
+            found = sorted(Path(p) for paths in _local_files(local, quiet=True)[1].values() for p in paths)
+        else:
+            return None
+        digest = hashlib.sha256()
+        for file in found:
+            # Inside a folder a file's name says its split; a single file may be renamed.
+            digest.update((str(file.relative_to(local)) if local.is_dir() else "").encode() + b"\0")
+            with file.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            digest.update(b"\0")
+        return digest.hexdigest()
+    except (UserError, OSError):
+        return None
+
+
 def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, class_names: list[str],
            path: str) -> tuple[Split, Split]:
     from sklearn.model_selection import train_test_split  # here: summaries read dataset_name without scikit-learn
@@ -258,8 +284,9 @@ def _split_of(path: Path) -> str | None:
     return None
 
 
-def _local_files(local: Path) -> tuple[tuple[str, dict], dict[str, list[str]]]:
-    """The builder and the data files by split of a local file or folder."""
+def _local_files(local: Path, quiet: bool = False) -> tuple[tuple[str, dict], dict[str, list[str]]]:
+    """The builder and the data files by split of a local file or folder (`quiet`: without the warning about files
+    named after no split)."""
     if local.is_file():
         if _data_suffix(local) is None:
             raise UserError(f"{local} is not a data file this pipeline reads; give {KINDS}, or a folder of them.")
@@ -282,7 +309,7 @@ def _local_files(local: Path) -> tuple[tuple[str, dict], dict[str, list[str]]]:
                                 "point data.path at one file.")
             files = {"train": found}
         ignored = [p.name for p in found if not _split_of(p) and len(found) > 1 and files]
-        if ignored:
+        if ignored and not quiet:
             log.warning(f"{local}: ignoring {ignored}, whose names are no split")
     suffixes = sorted({_data_suffix(p) for paths in files.values() for p in paths})
     if len({repr(FILE_FORMATS[s]) for s in suffixes}) > 1:  # .json and .jsonl share a reader; .csv and .tsv do not

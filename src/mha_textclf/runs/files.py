@@ -82,7 +82,8 @@ class RunFile:
 # What a run folder holds, in the order docs/runs.md lists it (scripts/render_docs.py renders that list from here).
 RUN_FOLDER = (
     RunFile(CONFIG, "every setting the run used, resolved (paths and ${...} filled in)", CONFIG),
-    RunFile(STATUS, "running | interrupted | failed | finished, the attempt, pid and host (see below)", STATUS),
+    RunFile(STATUS, "running | interrupted | failed | finished, the attempt, pid and host, the data's SHA-256 "
+                    "(see below)", STATUS),
     # Kept by overwrite=true: the process that overwrites holds it.
     RunFile(LOCK, "empty: a live run's lock, which keeps a second process out (see below)", None),
     RunFile(f"{HYDRA}/", "Hydra's record: config.yaml (unresolved), hydra.yaml, overrides.yaml", HYDRA),

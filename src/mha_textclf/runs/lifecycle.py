@@ -34,6 +34,7 @@ from shlex import join
 
 import yaml
 
+from mha_textclf.data.corpus import source_fingerprint
 from mha_textclf.errors import RunFolderError, UserError
 from mha_textclf.runs import files
 from mha_textclf.runs.checkpoint import load_training_state
@@ -99,7 +100,8 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     with _lock(run_dir):
-        start = _plan(run_dir, settings, overrides)
+        data = source_fingerprint(settings.data.path)
+        start = _plan(run_dir, settings, overrides, data)
         if start.finished is None:
             files.remove_temporaries(run_dir)  # a write a kill cut short; nothing else writes here now
             if start.state is None or not start.in_place:
@@ -110,12 +112,12 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
             (run_dir / files.ERROR).unlink(missing_ok=True)
             done = len(start.state["history"]) if start.state else 0
             mark(run_dir, RUNNING, attempt=start.attempt, pid=os.getpid(), host=socket.gethostname(),
-                 launch=launch_id(), message=None, interrupted_by=None,
+                 launch=launch_id(), data=data, message=None, interrupted_by=None,
                  started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=done, started_from_epoch=done)
         yield start
 
 
-def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Start:
+def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str], data: str | None) -> Start:
     status = read_status(run_dir)
     attempt = status.get("attempt", 0) + 1
     has_run = (run_dir / files.CONFIG).is_file()
@@ -133,6 +135,14 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Start
                 f"{run_dir} holds a run with other training settings ({differences(saved, now, changed, 'there')}); "
                 "nothing was changed. Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for "
                 "a sweep), or start afresh in this one with overwrite=true (its results are deleted).")
+        # The data may move (data.path is not a training setting), but not change: continued on other texts, or
+        # found finished, a run would report on data it did not train on. Folders from before the check have none.
+        if data is not None and status.get("data") not in (None, data):
+            raise RunFolderError(
+                f"{run_dir} holds a run trained on other data: the files at data.path={settings.data.path} differ "
+                "from those it read; nothing was changed. Choose another folder (hydra.run.dir=<folder>, or "
+                "hydra.sweep.dir=<folder> for a sweep), or start afresh in this one with overwrite=true (its results "
+                "are deleted).")
         last = run_dir / files.LAST
         if status.get("state") == FINISHED and (run_dir / files.METRICS).is_file() and (
                 not last.is_file() or settings.trainer.epochs in (None, saved.get("trainer.epochs"))):
