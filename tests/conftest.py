@@ -58,9 +58,10 @@ LONGEST_MODULES = ("test_slurm.py", "test_callback.py", "test_export.py", "test_
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """An xdist worker ends with os._exit once its results are sent and every exit handler has run (registered now,
-    it runs after those registered later): tearing down an interpreter that imported torch, scikit-learn and
-    transformers took each worker 2 to 3 s, which the suite waited for at its end."""
+    """An xdist worker ends with os._exit once its results are sent and the exit handlers registered after this one
+    have run (multiprocessing's, the temporary folders' of tests/commands.py; before it, only logging's and
+    execnet's): tearing down an interpreter that imported torch, scikit-learn and transformers took each worker 2 to
+    3 s, which the suite waited for at its end."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         def leave() -> None:
             sys.stdout.flush()

@@ -180,34 +180,44 @@ def test_a_save_to_disk_folder_with_class_label_names(tmp_path):
 
 @pytest.mark.unit
 def test_the_data_fingerprint_follows_what_loading_reads_not_where_it_lies(tmp_path):
-    """A run folder keeps the SHA-256 of its corpus's files, to tell the same data moved from other data: the same
-    files elsewhere give the same fingerprint, a changed byte or a renamed split file another, and what loading does
-    not read (a file named after no split, beside split files) none of it."""
+    """A run folder keeps the SHA-256 of its corpus, to tell the same data moved from other data: the same files
+    elsewhere, one level down, or under another name that says no split give the same fingerprint; a changed byte or
+    a file that now holds another split another; what loading does not read (a file named after no split, beside
+    split files) is no part of it."""
     rows = {"train": [{"text": f"t{i}", "label": i % 2} for i in range(8)], "test": [{"text": "x", "label": 0}]}
     first = corpus_module.source_fingerprint(str(write_jsonl(tmp_path / "a", rows)))
     assert first is not None and first == corpus_module.source_fingerprint(str(write_jsonl(tmp_path / "b", rows)))
+    assert corpus_module.source_fingerprint(str(write_jsonl(tmp_path / "up" / "down", rows).parent)) == first
     (tmp_path / "b" / "notes.jsonl").write_text('{"text": "y", "label": 1}\n')
     assert corpus_module.source_fingerprint(str(tmp_path / "b")) == first
     changed = write_jsonl(tmp_path / "c", {**rows, "test": [{"text": "x", "label": 1}]})
     assert corpus_module.source_fingerprint(str(changed)) != first
     (tmp_path / "a" / "test.jsonl").rename(tmp_path / "a" / "validation.jsonl")
     assert corpus_module.source_fingerprint(str(tmp_path / "a")) != first
-    # A single file is its bytes, whatever its name; a hub id or a path that is not there has no fingerprint.
-    one = tmp_path / "one.jsonl"
+    # One file is its bytes, as itself or alone in a folder, whatever its name.
+    one = tmp_path / "one" / "bbc.jsonl"
+    one.parent.mkdir()
     one.write_bytes((tmp_path / "b" / "train.jsonl").read_bytes())
-    renamed = tmp_path / "renamed.jsonl"
-    renamed.write_bytes(one.read_bytes())
-    assert corpus_module.source_fingerprint(str(one)) == corpus_module.source_fingerprint(str(renamed)) is not None
+    alone = corpus_module.source_fingerprint(str(one))
+    assert alone is not None and corpus_module.source_fingerprint(str(one.parent)) == alone
+    one.rename(one.with_name("news.jsonl"))
+    assert corpus_module.source_fingerprint(str(one.parent)) == alone
+    # A hub id, or a path that is not there, has none.
     assert corpus_module.source_fingerprint("SetFit/bbc-news") is None
     assert corpus_module.source_fingerprint(str(tmp_path / "missing")) is None
 
 
-def test_a_save_to_disk_folder_s_fingerprint_is_every_file_it_holds(tmp_path):
-    dataset = datasets.Dataset.from_dict({"text": ["a", "b"], "label": [0, 1]})
-    dataset.save_to_disk(tmp_path / "one")
+def test_a_save_to_disk_folder_s_fingerprint_is_what_load_from_disk_reads(tmp_path):
+    """Its splits' data files and state, not the cache files that a .map() on a loaded copy leaves in the folder."""
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a", "b"], "label": [0, 1]})}).save_to_disk(
+        tmp_path / "one")
     first = corpus_module.source_fingerprint(str(tmp_path / "one"))
-    datasets.Dataset.from_dict({"text": ["a", "c"], "label": [0, 1]}).save_to_disk(tmp_path / "two")
-    assert first is not None and corpus_module.source_fingerprint(str(tmp_path / "two")) != first
+    datasets.load_from_disk(str(tmp_path / "one"))["train"].map(lambda row: {"n": len(row["text"])})
+    assert list((tmp_path / "one" / "train").glob("cache-*.arrow"))  # what a user's notebook may leave there
+    assert first is not None and corpus_module.source_fingerprint(str(tmp_path / "one")) == first
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a", "c"], "label": [0, 1]})}).save_to_disk(
+        tmp_path / "two")
+    assert corpus_module.source_fingerprint(str(tmp_path / "two")) != first
 
 
 def test_several_text_columns_are_joined_and_integer_labels_named_from_label_text(tmp_path):

@@ -182,6 +182,11 @@ def test_the_same_command_on_other_data_at_the_same_path_is_refused(data_dir, tm
     lifecycle.mark(run_dir, lifecycle.INTERRUPTED)
     with pytest.raises(RunFolderError, match="trained on other data"):
         train_in_process(run_dir, *COMMON, "trainer.epochs=1", data_dir=data)
+    # Stopped before its first epoch, it trained on nothing: it starts afresh on the data there now.
+    (run_dir / files.LAST).unlink()
+    train_in_process(run_dir, *COMMON, "trainer.epochs=1", data_dir=data)
+    assert files.read_status(run_dir)["data"] == source_fingerprint(str(data))
+    assert lifecycle.folder_state(run_dir) == lifecycle.FINISHED
 
 
 @pytest.mark.slow

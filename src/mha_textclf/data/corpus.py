@@ -3,7 +3,9 @@ its splits and classes: texts and class indices for train, validation and test, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import logging
 import math
 import re
@@ -136,28 +138,48 @@ def load_corpus(settings: DataSettings, seed: int) -> Corpus:
 
 
 def source_fingerprint(path: str) -> str | None:
-    """The SHA-256 of what loading a local corpus reads (each data file's path inside the corpus and its bytes; every
-    file of a save_to_disk folder), so that a run can tell the same data moved from other data at the same path.
-    None for a hub id or a path that cannot be read: loading it says what is wrong."""
+    """The SHA-256 of what loading a local corpus reads: each split's name and its files' bytes (of a save_to_disk
+    folder, the files load_from_disk reads), so that a run can tell the same data moved or renamed from other data at
+    the same path. None for a hub id or a path that cannot be read: loading it says what is wrong."""
     local = Path(path).expanduser()
     try:
         if local.is_dir() and _saved_by_datasets(local):
-            found = sorted(p for p in local.rglob("*") if p.is_file())
+            splits = _saved_files(local)
         elif local.exists():
-            found = sorted(Path(p) for paths in _local_files(local, quiet=True)[1].values() for p in paths)
+            splits = _local_files(local, quiet=True)[1]
         else:
             return None
         digest = hashlib.sha256()
-        for file in found:
-            # Inside a folder a file's name says its split; a single file may be renamed.
-            digest.update((str(file.relative_to(local)) if local.is_dir() else "").encode() + b"\0")
-            with file.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            digest.update(b"\0")
+        for split, paths in sorted(splits.items()):
+            for file in sorted(Path(p) for p in paths):
+                stat = file.stat()
+                content = _file_digest(str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+                digest.update(f"{split}\0{content}\0".encode())
         return digest.hexdigest()
-    except (UserError, OSError):
+    except (UserError, OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _saved_files(folder: Path) -> dict[str, list[Path]]:
+    """What load_from_disk reads of a save_to_disk folder, by split: each split's state.json and the data files it
+    lists (not the cache files that a .map() on a loaded copy leaves beside them)."""
+    found = {}
+    for state in sorted(folder.rglob("state.json")):
+        if any(part.startswith(".") for part in state.relative_to(folder).parts):
+            continue
+        listed = [state.parent / entry["filename"] for entry in json.loads(state.read_text())["_data_files"]]
+        found[str(state.parent.relative_to(folder))] = [state, *listed]
+    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    # Once per file and version in a process: a search's every trial, and a sweep's every job, start with this check.
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _carve(split: Split, fraction: float, seed: int, what: str, setting: str, class_names: list[str],

@@ -111,6 +111,9 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
                 files.write_history(run_dir / files.HISTORY, start.state["history"])
             (run_dir / files.ERROR).unlink(missing_ok=True)
             done = len(start.state["history"]) if start.state else 0
+            # A continuation whose data cannot be read now keeps the fingerprint of what it trained on.
+            if data is None and start.state is not None and start.in_place:
+                data = read_status(run_dir).get("data")
             mark(run_dir, RUNNING, attempt=start.attempt, pid=os.getpid(), host=socket.gethostname(),
                  launch=launch_id(), data=data, message=None, interrupted_by=None,
                  started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), epochs_done=done, started_from_epoch=done)
@@ -136,14 +139,16 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str], data: st
                 "nothing was changed. Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for "
                 "a sweep), or start afresh in this one with overwrite=true (its results are deleted).")
         # The data may move (data.path is not a training setting), but not change: continued on other texts, or
-        # found finished, a run would report on data it did not train on. Folders from before the check have none.
-        if data is not None and status.get("data") not in (None, data):
+        # found finished, a run would report on data it did not train on. A run that trained nothing yet starts
+        # afresh below, whatever it read; folders from before the check have no fingerprint.
+        last = run_dir / files.LAST
+        trained = last.is_file() or (status.get("state") == FINISHED and (run_dir / files.METRICS).is_file())
+        if trained and data is not None and status.get("data") not in (None, data):
             raise RunFolderError(
                 f"{run_dir} holds a run trained on other data: the files at data.path={settings.data.path} differ "
                 "from those it read; nothing was changed. Choose another folder (hydra.run.dir=<folder>, or "
                 "hydra.sweep.dir=<folder> for a sweep), or start afresh in this one with overwrite=true (its results "
                 "are deleted).")
-        last = run_dir / files.LAST
         if status.get("state") == FINISHED and (run_dir / files.METRICS).is_file() and (
                 not last.is_file() or settings.trainer.epochs in (None, saved.get("trainer.epochs"))):
             log.info(f"{run_dir} already holds this run, finished: nothing to train (overwrite=true trains it again)")
