@@ -182,6 +182,10 @@ def test_the_same_command_on_other_data_at_the_same_path_is_refused(data_dir, tm
     lifecycle.mark(run_dir, lifecycle.INTERRUPTED)
     with pytest.raises(RunFolderError, match="trained on other data"):
         train_in_process(run_dir, *COMMON, "trainer.epochs=1", data_dir=data)
+    # Nor does resume= carry it into a new folder on the new texts.
+    with pytest.raises(UserError, match=re.escape(f"resume={run_dir} continues a run trained on other data: the files "
+                                                  f"at data.path={data} differ from those it read.")):
+        train_in_process(tmp_path / "elsewhere", *COMMON, "trainer.epochs=1", f"resume={run_dir}", data_dir=data)
     # Stopped before its first epoch, it trained on nothing: it starts afresh on the data there now.
     (run_dir / files.LAST).unlink()
     train_in_process(run_dir, *COMMON, "trainer.epochs=1", data_dir=data)

@@ -238,6 +238,12 @@ def resume_state(settings: TrainSettings) -> dict:
         raise UserError(f"resume={settings.resume} continues a run with other settings "
                         f"({differences(saved, now, changed, 'then')}). Resume it with its own: "
                         f"{train_command(repeat, {'resume': settings.resume})}")
+    trained_on = read_status(Path(settings.resume).expanduser()).get("data")
+    data = source_fingerprint(settings.data.path)
+    if None not in (trained_on, data) and trained_on != data:
+        raise UserError(f"resume={settings.resume} continues a run trained on other data: the files at "
+                        f"data.path={settings.data.path} differ from those it read. Point data.path at the data it "
+                        "trained on, or start a new run on this data without resume=.")
     _check_epochs(state, settings)
     log.info(f"resuming {settings.resume} after epoch {state['epoch']}")
     return state
