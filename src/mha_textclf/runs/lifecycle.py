@@ -120,6 +120,11 @@ def claim(run_dir: Path, settings: TrainSettings, overrides: list[str]) -> Itera
         yield start
 
 
+# What a run folder that holds another run leaves the command that was refused.
+WAYS_OUT = ("Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or start afresh "
+            "in this one with overwrite=true (its results are deleted).")
+
+
 def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str], data: str | None) -> Start:
     status = read_status(run_dir)
     attempt = status.get("attempt", 0) + 1
@@ -136,8 +141,7 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str], data: st
         if changed:
             raise RunFolderError(
                 f"{run_dir} holds a run with other training settings ({differences(saved, now, changed, 'there')}); "
-                "nothing was changed. Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for "
-                "a sweep), or start afresh in this one with overwrite=true (its results are deleted).")
+                f"nothing was changed. {WAYS_OUT}")
         # The data may move (data.path is not a training setting), but not change: continued on other texts, or
         # found finished, a run would report on data it did not train on. A run that trained nothing yet starts
         # afresh below, whatever it read; folders from before the check have no fingerprint.
@@ -146,9 +150,7 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str], data: st
         if trained and data is not None and status.get("data") not in (None, data):
             raise RunFolderError(
                 f"{run_dir} holds a run trained on other data: the files at data.path={settings.data.path} differ "
-                "from those it read; nothing was changed. Choose another folder (hydra.run.dir=<folder>, or "
-                "hydra.sweep.dir=<folder> for a sweep), or start afresh in this one with overwrite=true (its results "
-                "are deleted).")
+                f"from those it read; nothing was changed. {WAYS_OUT}")
         if status.get("state") == FINISHED and (run_dir / files.METRICS).is_file() and (
                 not last.is_file() or settings.trainer.epochs in (None, saved.get("trainer.epochs"))):
             log.info(f"{run_dir} already holds this run, finished: nothing to train (overwrite=true trains it again)")
