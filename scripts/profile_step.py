@@ -24,12 +24,16 @@ from mha_textclf.training import make_optimizer, seed_everything
 STEPS, WARMUP = 8, 2
 
 
-def step(model: TextClassifier, optimizer: torch.optim.Optimizer, batch: dict) -> None:
-    """One training step, as training.fit takes it (without its schedule and bookkeeping)."""
+def step(model: TextClassifier, optimizers: tuple, batch: dict) -> None:
+    """One training step, as training.fit takes it (without its schedule and bookkeeping): AdamW's, and lazy Adam's
+    for a bigram table."""
+    optimizers = [optimizer for optimizer in optimizers if optimizer is not None]
     loss = F.cross_entropy(model(batch["input_ids"], batch["padding_mask"]), batch["labels"])
-    optimizer.zero_grad(set_to_none=True)
+    for optimizer in optimizers:
+        optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    optimizer.step()
+    for optimizer in optimizers:
+        optimizer.step()
 
 
 def main(argv: list[str]) -> int:
@@ -59,13 +63,13 @@ def profile_steps(settings: TrainSettings) -> int:
         torch.manual_seed(0)
         model = build_model(settings, corpus, tokenizer).train()
         model.compact = compact
-        optimizer = make_optimizer(model, settings.trainer)
+        optimizers = make_optimizer(model, settings.trainer)
         for batch in batches[:WARMUP]:
-            step(model, optimizer, batch)
+            step(model, optimizers, batch)
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             start = time.perf_counter()
             for batch in batches[WARMUP:]:
-                step(model, optimizer, batch)
+                step(model, optimizers, batch)
             per_step = (time.perf_counter() - start) / STEPS * 1e3
         print(f"## {'compacted (visible tokens only)' if compact else 'masked (every token)'}: "
               f"{per_step:.1f} ms per step (profiled)\n")

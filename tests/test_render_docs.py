@@ -58,7 +58,8 @@ def test_a_setting_s_row_is_its_default_meaning_and_range_as_help_shows_them(ren
 
     table = render.settings_table("train")
     row = next(line for line in table.splitlines() if line.startswith("| `trainer.lr` |"))
-    assert row.startswith("| `trainer.lr` | `0.003` | AdamW's peak learning rate | range >0 |")
-    assert "AdamW's peak learning rate; range >0" in " ".join(help_table(TrainSettings).split())
+    meaning = "AdamW's peak learning rate (and that of the lazy Adam a bigram table learns with)"
+    assert row.startswith(f"| `trainer.lr` | `0.003` | {meaning} | range >0 |")
+    assert f"{meaning}; range >0" in " ".join(help_table(TrainSettings).split())
     device = next(line for line in table.splitlines() if line.startswith("| `device` |"))
     assert "auto (CUDA when available) \\| cpu \\| cuda \\| cuda:N" in device  # a | stays in its cell

@@ -397,7 +397,7 @@ def test_label_smoothing_changes_the_training_loss_only():
 
 @pytest.mark.slow
 def test_the_optimiser_is_adamw_with_the_settings_lr_and_decoupled_weight_decay(tmp_path):
-    """The optimiser is AdamW (the settings' help: "AdamW's peak learning rate", "AdamW's decoupled weight decay"). The
+    """The optimiser of a model without a bigram table is AdamW, with the settings' learning rate and weight decay. The
     optimiser's state in last.pt is AdamW's: Adam would add the weight decay to the gradient (decoupled_weight_decay
     false), its state otherwise the same."""
     ids, labels = toy_problem()
@@ -696,3 +696,98 @@ def test_evaluate_refuses_a_shuffled_loader_whose_rows_it_could_not_place_in_the
     loader = make_loader([[1, 2, 3], [1, 4]], [0, 1], batch_size=2, pad_id=0, shuffle=True)
     with pytest.raises(ValueError, match="fixed order"):
         evaluate(torch.nn.Linear(1, 1), loader, torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_a_bigram_table_moves_only_the_rows_of_the_pairs_in_each_batch():
+    """The hashed bigram table learns lazily: an optimiser step moves the rows of the pairs its batch holds and leaves
+    every other row as it was, where AdamW's moments would move a row whose pair occurred a step before."""
+    ids, labels = toy_problem(n=32)
+    net = model(bigram_buckets=4096)
+    loader = make_loader(ids, labels, 8, 0)  # in order: batch k holds texts 8k..8k+7
+    batches = list(loader)
+    after = []  # the table after each step
+    fit(net, loader, make_loader(ids, labels, 16, 0), plain_trainer(epochs=1, lr=1e-2), CPU,
+        on_step=lambda step, values: after.append(net.bigrams.weight.detach().clone()))
+    assert len(after) == len(batches) == 4
+    for previous, table, batch in zip(after[:-1], after[1:], batches[1:], strict=True):
+        rows = torch.zeros(table.size(0), dtype=torch.bool)
+        rows[net.bigram_ids(batch["input_ids"]).flatten()] = True
+        rows[0] = False  # "no pair": its row stays zero
+        moved = (table != previous).any(dim=1)
+        assert torch.equal(moved, rows)
+
+
+@pytest.mark.slow
+def test_a_run_with_a_bigram_table_continued_from_last_pt_equals_the_uninterrupted_run(tmp_path):
+    """last.pt holds the table's optimiser too: stopped after epoch 1 and continued, a run with a bigram table ends with
+    the uninterrupted run's history and weights."""
+    ids, labels = toy_problem()
+    trainer = plain_trainer(epochs=3, lr=1e-2)
+    reference = model(bigram_buckets=512)
+    uninterrupted = fit(reference, *seeded_loaders(ids, labels), trainer, CPU)
+    fit(model(bigram_buckets=512), *seeded_loaders(ids, labels), trainer, CPU, state_path=tmp_path / "last.pt",
+        on_epoch_end=interrupt_after(1))
+    state = load_training_state(tmp_path / "last.pt")
+    assert state["table_optimizer"]["state"]  # SparseAdam's moments, for the rows its pairs reached
+    continued_model = model(bigram_buckets=512)
+    continued = fit(continued_model, *seeded_loaders(ids, labels), trainer, CPU, resume_state=state)
+    assert [r["val_loss"] for r in continued.history] == [r["val_loss"] for r in uninterrupted.history]
+    for name, tensor in reference.state_dict().items():
+        assert torch.equal(continued_model.state_dict()[name], tensor), name
+
+
+@pytest.mark.slow
+def test_a_run_saved_before_tables_learnt_lazily_continues_with_the_adamw_it_was_saved_with(tmp_path, monkeypatch):
+    """A last.pt without a table optimiser was saved when AdamW stepped the whole model, table included: the run
+    continues with AdamW over the whole model and ends as it would have, uninterrupted, before lazy tables."""
+    ids, labels = toy_problem()
+    trainer = plain_trainer(epochs=3, lr=1e-2)
+    real = training.make_optimizer
+    with monkeypatch.context() as patch:  # training as it was: AdamW for every parameter
+        patch.setattr(training, "make_optimizer", lambda net, config, lazy_table=True: real(net, config, False))
+        before = model(bigram_buckets=512)
+        fit(before, *seeded_loaders(ids, labels), trainer, CPU)
+        fit(model(bigram_buckets=512), *seeded_loaders(ids, labels), trainer, CPU, state_path=tmp_path / "last.pt",
+            on_epoch_end=interrupt_after(1))
+    state = load_training_state(tmp_path / "last.pt")
+    del state["table_optimizer"]  # as last.pt was then
+    continued = model(bigram_buckets=512)
+    fit(continued, *seeded_loaders(ids, labels), trainer, CPU, resume_state=state)
+    for name, tensor in before.state_dict().items():
+        assert torch.equal(continued.state_dict()[name], tensor), name
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("max_norm", [1e-3, 1e3])
+def test_gradient_clipping_takes_a_sparse_table_gradient_s_norm_as_clip_grad_norm_takes_a_dense_one(max_norm):
+    """clip_gradients scales a lazily learnt table's sparse gradient and the dense ones as clip_grad_norm_ scales the
+    same gradients made dense (a gradient already under the norm is left alone)."""
+    ids, labels = toy_problem(n=8)
+    batch = collate(list(zip(ids, labels, strict=True)), 0)
+    grads = {}
+    for sparse in (True, False):
+        net = model(bigram_buckets=64)
+        net.bigrams.sparse = sparse
+        torch.nn.functional.cross_entropy(net(batch["input_ids"], batch["padding_mask"]), batch["labels"]).backward()
+        if sparse:
+            training.clip_gradients(net, max_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm)
+        grads[sparse] = {name: p.grad.to_dense() for name, p in net.named_parameters() if p.grad is not None}
+    assert net.bigrams.weight.grad.abs().sum() > 0
+    for name, grad in grads[False].items():
+        torch.testing.assert_close(grads[True][name], grad, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.slow
+def test_a_bigram_table_learns_at_the_model_s_scheduled_rate(tmp_path):
+    """The table's optimiser steps at the learning rate the schedule gives the rest of the model at that step."""
+    ids, labels = toy_problem()
+    rates = []
+    fit(model(bigram_buckets=512), *seeded_loaders(ids, labels),
+        plain_trainer(epochs=2, lr=1e-2, schedule="cosine", warmup_epochs=0.5), CPU, state_path=tmp_path / "last.pt",
+        on_step=lambda step, values: rates.append(values["lr"]))
+    state = load_training_state(tmp_path / "last.pt")
+    assert len(set(rates)) > 2  # the schedule moved the rate
+    assert state["table_optimizer"]["param_groups"][0]["lr"] == rates[-1]

@@ -207,8 +207,10 @@ class TrainerSettings:
                                        "and metrics.json)", gt=0,
                                  decides="training", continuable=True, by_length=(12, 24))
     batch_size: int = setting(32, "texts per optimiser step", gt=0, decides="training")
-    lr: float = setting(3e-3, "AdamW's peak learning rate", gt=0, decides="training")
-    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay", ge=0, decides="training")
+    lr: float = setting(3e-3, "AdamW's peak learning rate (and that of the lazy Adam a bigram table learns with)",
+                        gt=0, decides="training")
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay (not on a bigram table: lazy Adam has none)",
+                                  ge=0, decides="training")
     schedule: str = setting("cosine", "learning-rate decay after the warm-up, per step (linear and cosine reach 0 "
                                       "at the last epoch)",
                             choices=SCHEDULES, decides="training")

@@ -85,16 +85,19 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
 
 def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                         scheduler: torch.optim.lr_scheduler.LRScheduler, loader_generator: torch.Generator,
-                        epoch: int, history: list[dict], best: dict, metadata: dict) -> None:
+                        epoch: int, history: list[dict], best: dict, metadata: dict,
+                        table_optimizer: torch.optim.Optimizer | None = None) -> None:
     """Everything needed to continue after `epoch` exactly as if training had never stopped.
 
     The loop draws random numbers only from torch (dropout: the global generator, batch order: the loader's own), so
     those generators' states are all the randomness there is to save. `best` is the early-stopping state: the best
-    epoch so far, its validation loss and its weights.
+    epoch so far, its validation loss and its weights. `table_optimizer` is the lazy Adam of a bigram table: the key
+    is written without one too, so that a state saved before tables learnt lazily is told apart by its absence.
     """
     atomic_save({
         "format": TRAINING_STATE_FORMAT, "epoch": epoch, "history": history, "best": best, "metadata": metadata,
         "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+        "table_optimizer": table_optimizer.state_dict() if table_optimizer is not None else None,
         "rng": {"torch": torch.get_rng_state(), "loader": loader_generator.get_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }, path)
@@ -109,10 +112,13 @@ def load_training_state(path: Path, device: str | torch.device = "cpu") -> dict:
 
 
 def restore_training_state(state: dict, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                           scheduler: torch.optim.lr_scheduler.LRScheduler, loader_generator: torch.Generator) -> None:
+                           scheduler: torch.optim.lr_scheduler.LRScheduler, loader_generator: torch.Generator,
+                           table_optimizer: torch.optim.Optimizer | None = None) -> None:
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        if table_optimizer is not None:
+            table_optimizer.load_state_dict(state["table_optimizer"])
     except (RuntimeError, ValueError) as e:
         raise UserError(f"The training state to resume does not fit this model ({str(e).splitlines()[0]}); "
                         "resume with the run's own settings.") from e
