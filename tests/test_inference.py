@@ -310,10 +310,12 @@ def test_predict_names_the_file_of_each_problem_with_a_run_folder(runs, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_a_model_trained_on_gpu_predicts_on_cpu(data_dir, tmp_path):
+@pytest.mark.parametrize("table", [[], ["model.bigram_buckets=4096"]], ids=["plain", "lazy-bigram-table"])
+def test_a_model_trained_on_gpu_predicts_on_cpu(table, data_dir, tmp_path):
+    """A run on the GPU (with a bigram table too, whose sparse gradient lazy Adam steps there) predicts on the CPU."""
     folder = tmp_path / "gpu"
-    result = run_train("device=cuda", "data.max_train_samples=48", "trainer.epochs=1", f"hydra.run.dir={folder}",
-                       data_dir=data_dir)
+    result = run_train("device=cuda", "data.max_train_samples=48", "trainer.epochs=1", *table,
+                       f"hydra.run.dir={folder}", data_dir=data_dir)
     assert result.returncode == 0, result.stderr[-3000:]
     result = run_cli("predict", f"run_dir={folder}", "device=cpu", f"text={json.dumps(PROBES)}")
     assert result.returncode == 0, result.stderr[-3000:]

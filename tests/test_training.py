@@ -752,8 +752,13 @@ def test_a_run_saved_before_tables_learnt_lazily_continues_with_the_adamw_it_was
             on_epoch_end=interrupt_after(1))
     state = load_training_state(tmp_path / "last.pt")
     del state["table_optimizer"]  # as last.pt was then
+    # Continued, stopped again, and continued again: it saves itself as a run of AdamW alone.
+    (tmp_path / "again").mkdir()
+    fit(model(bigram_buckets=512), *seeded_loaders(ids, labels), trainer, CPU, resume_state=state,
+        state_path=tmp_path / "again" / "last.pt", on_epoch_end=interrupt_after(2))
     continued = model(bigram_buckets=512)
-    fit(continued, *seeded_loaders(ids, labels), trainer, CPU, resume_state=state)
+    fit(continued, *seeded_loaders(ids, labels), trainer, CPU,
+        resume_state=load_training_state(tmp_path / "again" / "last.pt"))
     for name, tensor in before.state_dict().items():
         assert torch.equal(continued.state_dict()[name], tensor), name
 
@@ -782,12 +787,34 @@ def test_gradient_clipping_takes_a_sparse_table_gradient_s_norm_as_clip_grad_nor
 
 @pytest.mark.slow
 def test_a_bigram_table_learns_at_the_model_s_scheduled_rate(tmp_path):
-    """The table's optimiser steps at the learning rate the schedule gives the rest of the model at that step."""
+    """The table's optimiser steps at the learning rate the schedule gives the rest of the model at that step: Adam's
+    first step moves each entry its gradient reaches by that rate (less a hair for its eps)."""
     ids, labels = toy_problem()
-    rates = []
-    fit(model(bigram_buckets=512), *seeded_loaders(ids, labels),
-        plain_trainer(epochs=2, lr=1e-2, schedule="cosine", warmup_epochs=0.5), CPU, state_path=tmp_path / "last.pt",
-        on_step=lambda step, values: rates.append(values["lr"]))
+    net = model(bigram_buckets=512)
+    tables, rates = [net.bigrams.weight.detach().clone()], []
+
+    def on_step(step, values):
+        rates.append(values["lr"])
+        tables.append(net.bigrams.weight.detach().clone())
+
+    fit(net, *seeded_loaders(ids, labels), plain_trainer(epochs=2, lr=1e-2, schedule="cosine", warmup_epochs=0.5),
+        CPU, state_path=tmp_path / "last.pt", on_step=on_step)
+    assert rates[0] < rates[1] < 1e-2  # warming up
+    assert (tables[1] - tables[0]).abs().max().item() == pytest.approx(rates[0], rel=1e-3)
     state = load_training_state(tmp_path / "last.pt")
-    assert len(set(rates)) > 2  # the schedule moved the rate
     assert state["table_optimizer"]["param_groups"][0]["lr"] == rates[-1]
+
+
+@pytest.mark.slow
+def test_gradient_clipping_reaches_a_lazily_learnt_bigram_table():
+    """trainer.grad_clip clips the table's sparse gradient in training too: Adam normalises gradient scale away, except
+    below its eps, so clipped to 1e-12 the table's steps all but vanish."""
+    ids, labels = toy_problem()
+    moved = {}
+    for clip in (None, 1e-12):
+        net = model(bigram_buckets=512)
+        before = net.bigrams.weight.detach().clone()
+        fit(net, make_loader(ids, labels, 8, 0, shuffle=True), make_loader(ids, labels, 16, 0),
+            plain_trainer(epochs=1, lr=1e-2, weight_decay=0.0, grad_clip=clip), CPU)
+        moved[clip] = (net.bigrams.weight.detach() - before).abs().max().item()
+    assert moved[1e-12] < 1e-3 * moved[None]

@@ -216,9 +216,10 @@ def fit(
     train_tokens (non-padding tokens).
     """
     require_decided(config, "trainer")
-    # A run saved before its bigram table learnt lazily continues with the AdamW it was saved with.
+    # A run saved with AdamW stepping its whole model (before bigram tables learnt lazily: no table optimiser in its
+    # last.pt) continues with it, and saves itself so again.
     optimizer, table_optimizer = make_optimizer(model, config, lazy_table=resume_state is None
-                                                or "table_optimizer" in resume_state)
+                                                or resume_state.get("table_optimizer") is not None)
     steps_per_epoch = len(train_loader)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
         step, config.epochs * steps_per_epoch, round(config.warmup_epochs * steps_per_epoch), config.schedule))
@@ -300,13 +301,11 @@ def clip_gradients(model: nn.Module, max_norm: float) -> None:
     for p in parameters:
         if p.grad.is_sparse:
             p.grad = p.grad.coalesce()  # each row once, so that its values hold the gradient's entries
-    dense = [p for p in parameters if not p.grad.is_sparse]
-    total = torch.nn.utils.get_total_norm([p.grad.values() if p.grad.is_sparse else p.grad for p in parameters])
-    torch.nn.utils.clip_grads_with_norm_(dense, max_norm, total)
-    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # clip_grads_with_norm_'s factor
-    for p in parameters:
-        if p.grad.is_sparse:
-            p.grad.values().mul_(scale)
+    entries = [p.grad.values() if p.grad.is_sparse else p.grad for p in parameters]
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in entries]))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # clip_grad_norm_'s factor
+    for g in entries:
+        g.mul_(scale)
 
 
 def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -91,8 +91,8 @@ def save_training_state(path: Path, *, model: torch.nn.Module, optimizer: torch.
 
     The loop draws random numbers only from torch (dropout: the global generator, batch order: the loader's own), so
     those generators' states are all the randomness there is to save. `best` is the early-stopping state: the best
-    epoch so far, its validation loss and its weights. `table_optimizer` is the lazy Adam of a bigram table: the key
-    is written without one too, so that a state saved before tables learnt lazily is told apart by its absence.
+    epoch so far, its validation loss and its weights. `table_optimizer` is the lazy Adam of a bigram table; None
+    (or no key, in a state saved before tables learnt lazily): `optimizer` steps the whole model.
     """
     atomic_save({
         "format": TRAINING_STATE_FORMAT, "epoch": epoch, "history": history, "best": best, "metadata": metadata,
