@@ -699,21 +699,25 @@ def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afr
 
 
 @pytest.mark.slow
-def test_sigint_then_resume_equals_the_uninterrupted_run(data_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("table", [[], ["model.bigram_buckets=4096"]], ids=["plain", "lazy-bigram-table"])
+def test_sigint_then_resume_equals_the_uninterrupted_run(table, data_dir, tmp_path, monkeypatch):
+    """(With a bigram table too, whose lazy Adam's state last.pt carries beside AdamW's.)"""
     full, part, resumed = tmp_path / "full", tmp_path / "part", tmp_path / "resumed"
-    train_in_process(full, *RESUME_COMMON, data_dir=data_dir)
+    settings = [*RESUME_COMMON, *table]
+    train_in_process(full, *settings, data_dir=data_dir)
 
     with monkeypatch.context() as patch:
         interrupt_after_epoch(2, patch)
-        metrics = train_in_process(part, *RESUME_COMMON, data_dir=data_dir)
+        metrics = train_in_process(part, *settings, data_dir=data_dir)
     assert [r["epoch"] for r in rows(part)] == ["1", "2"]
     state = load_training_state(part / "last.pt")
     assert state["epoch"] == 2 and len(state["history"]) == 2
+    assert (state["table_optimizer"] is not None) == bool(table)
     assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2
     assert (part / "classification_report_test.txt").exists() and (part / "model.pt").exists()
 
     before = fingerprint(part)
-    final = train_in_process(resumed, *RESUME_COMMON, f"resume={part}", data_dir=data_dir)
+    final = train_in_process(resumed, *settings, f"resume={part}", data_dir=data_dir)
     # The resumed run is a new folder; the interrupted one stays as it was, and still says so.
     assert fingerprint(part) == before and files.read_status(part)["state"] == lifecycle.INTERRUPTED
     # Bitwise on CPU: every loss and accuracy, every epoch, and the final metrics.
