@@ -18,17 +18,21 @@ from mha_textclf import cli
 from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
 from mha_textclf.pipeline import build_model, prepare
-from mha_textclf.settings import TrainSettings
-from mha_textclf.training import make_optimizer, seed_everything
+from mha_textclf.settings import TrainerSettings, TrainSettings
+from mha_textclf.training import make_optimizer, rdrop_loss, seed_everything
 
 STEPS, WARMUP = 8, 2
 
 
-def step(model: TextClassifier, optimizers: tuple, batch: dict) -> None:
-    """One training step, as training.fit takes it (without its schedule and bookkeeping): AdamW's, and lazy Adam's
-    for a bigram table."""
+def step(model: TextClassifier, optimizers: tuple, batch: dict, trainer: TrainerSettings) -> None:
+    """One training step, as training.fit takes it (without its schedule and bookkeeping): R-Drop's second pass
+    where trainer.rdrop is on, AdamW's step, and lazy Adam's for a bigram table."""
     optimizers = [optimizer for optimizer in optimizers if optimizer is not None]
-    loss = F.cross_entropy(model(batch["input_ids"], batch["padding_mask"]), batch["labels"])
+    logits = model(batch["input_ids"], batch["padding_mask"])
+    loss = F.cross_entropy(logits, batch["labels"], label_smoothing=trainer.label_smoothing)
+    if trainer.rdrop:
+        again = model(batch["input_ids"], batch["padding_mask"])
+        loss = rdrop_loss(loss, logits, again, batch["labels"], None, trainer)
     for optimizer in optimizers:
         optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -65,11 +69,11 @@ def profile_steps(settings: TrainSettings) -> int:
         model.compact = compact
         optimizers = make_optimizer(model, settings.trainer)
         for batch in batches[:WARMUP]:
-            step(model, optimizers, batch)
+            step(model, optimizers, batch, settings.trainer)
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             start = time.perf_counter()
             for batch in batches[WARMUP:]:
-                step(model, optimizers, batch)
+                step(model, optimizers, batch, settings.trainer)
             per_step = (time.perf_counter() - start) / STEPS * 1e3
         print(f"## {'compacted (visible tokens only)' if compact else 'masked (every token)'}: "
               f"{per_step:.1f} ms per step (profiled)\n")

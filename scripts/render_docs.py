@@ -82,15 +82,18 @@ def bbc_defaults() -> str:
 
 
 def by_length_rule() -> str:
-    """The settings a corpus of long texts changes, and the threshold."""
-    from mha_textclf.settings import BY_TEXT_LENGTH, CLASS_VIEWS, LONG_TEXT, MIN_EPOCHS, show
+    """The settings a corpus of long texts changes, and the threshold; and what the classes' size decides."""
+    from mha_textclf.settings import BY_TEXT_LENGTH, CLASS_VIEWS, LONG_TEXT, MIN_EPOCHS, RDROP, RDROP_CLASS_SIZE, show
 
     rows = [[f"`{key}`", show(short), show(long)] for key, (short, long) in BY_TEXT_LENGTH.items()]
     header = ["setting left null", "most corpora", f"median training text of {LONG_TEXT} tokens or more"]
     return (markdown_table(header, rows) + "\n\nThe median counts `[CLS]` and `[SEP]` and cuts each text at "
             "`data.max_length`, as the model sees it. `trainer.epochs` then takes no more passes than show each class "
             f"about {CLASS_VIEWS:,} training texts on average, and at least {MIN_EPOCHS}: a corpus of n training texts "
-            f"in k classes trains for min(epochs, max({MIN_EPOCHS}, round({CLASS_VIEWS:,} · k / n))) passes.")
+            f"in k classes trains for min(epochs, max({MIN_EPOCHS}, round({CLASS_VIEWS:,} · k / n))) passes. "
+            f"`trainer.rdrop` left null, whatever the texts' length, is {show(RDROP)} (R-Drop: each batch twice "
+            f"through the model, the two predictions pulled together) where n / k is {RDROP_CLASS_SIZE:,} or more, "
+            "else 0.")
 
 
 MISTAKES = ["trainer.epoch=3", "trainer.warmup_epochs=abc", "+model.pe=true", "model.n_heads=5"]

@@ -500,10 +500,10 @@ def test_profile_step_profiles_the_masked_then_the_compacted_step_on_the_same_ba
     script = load_script("profile_step")
     steps, seconds, real_step = [], [], script.step
 
-    def step(model, optimizer, batch):
+    def step(model, optimizer, batch, trainer):
         steps.append((model.compact, batch))
         start = time.perf_counter()
-        real_step(model, optimizer, batch)
+        real_step(model, optimizer, batch, trainer)
         seconds.append(time.perf_counter() - start)
 
     profilers, real_profile = [], script.profile
@@ -554,7 +554,7 @@ def test_profile_step_builds_the_model_train_builds_where_the_corpus_decides_the
     naive variant, with PE if asked."""
     script = load_script("profile_step")
     models = []
-    monkeypatch.setattr(script, "step", lambda model, optimizer, batch: models.append(model))
+    monkeypatch.setattr(script, "step", lambda model, optimizer, batch, trainer: models.append(model))
     assert script.main(["experiment=smoke", "trainer.batch_size=4", "data=own", f"data.path={data_dir}",
                         "model=naive", "pe=true"]) == 0
     run = settings_for("experiment=smoke", "data=own", f"data.path={data_dir}")

@@ -274,7 +274,7 @@ RANGES = {
     "data.max_length": ">2", "data.max_train_samples": ">0", "data.max_eval_samples": ">0",
     "tokenizer.vocab_size": ">0", "tokenizer.min_frequency": ">0", "trainer.epochs": ">0", "trainer.batch_size": ">0",
     "trainer.lr": ">0", "trainer.weight_decay": "≥0", "trainer.warmup_epochs": "≥0", "trainer.grad_clip": ">0",
-    "trainer.label_smoothing": "[0,1)", "trainer.patience": ">0", "trainer.num_threads": ">0",
+    "trainer.label_smoothing": "[0,1)", "trainer.rdrop": "≥0", "trainer.patience": ">0", "trainer.num_threads": ">0",
     "seed": "[0,4294967296)",
 }
 

@@ -15,7 +15,7 @@ from mha_textclf import resolve, training
 from mha_textclf.errors import RunFolderError
 from mha_textclf.model import ModelConfig
 from mha_textclf.runs.metrics import RunMetrics
-from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, TrainerSettings, flat, show
+from mha_textclf.settings import BY_TEXT_LENGTH, LONG_TEXT, RDROP, TrainerSettings, flat, show
 from mha_textclf.tokenizer.cache import load_tokenizer
 from mha_textclf.tokenizer.vocabulary import resolve_vocab_size
 
@@ -89,12 +89,49 @@ def test_a_continued_run_keeps_the_epochs_and_dropouts_it_started_with_where_the
     its 60,000 short texts in 2 classes would now be capped at 4 passes and take dropout."""
     settings = settings_for("data=own", "data.path=/somewhere")
     saved = {k: values[0] for k, values in BY_TEXT_LENGTH.items()} | {
-        "trainer.epochs": 12, "model.embedding_dropout": 0.0, "model.mlp_dropout": 0.0}
+        "trainer.epochs": 12, "model.embedding_dropout": 0.0, "model.mlp_dropout": 0.0, "trainer.rdrop": 0.0}
     fresh = resolve.resolve(settings, None, [20] * 60000, 2)
     assert fresh.settings.trainer.epochs == 4 and fresh.settings.model.mlp_dropout > 0
+    assert fresh.settings.trainer.rdrop > 0
     continued = resolve.resolve(settings, None, [20] * 60000, 2, saved)
     assert {k: d.value for k, d in continued.decisions.items()} == saved
     assert {d.why for d in continued.decisions.values()} == {resolve.CONTINUED}
+
+
+@pytest.mark.parametrize(("n_texts", "n_classes", "rdrop"), [
+    (3866, 2, RDROP),  # the election tweets: 1,933 a class
+    (8343, 3, RDROP),  # Rotten Tomatoes: 2,781
+    (10418, 2, RDROP),  # the Chinese reviews: 5,209
+    (2000, 2, RDROP),  # 1,000 a class: on
+    (1999, 2, 0.0),  # 999.5: off
+    (4113, 8, 0.0),  # Reuters R8: 514
+    (4899, 52, 0.0),  # Reuters R52: 94
+    (1044, 4, 0.0),  # the Slovenian comments: 261
+    (8469, 20, 0.0),  # 20 Newsgroups: 423
+])
+def test_r_drop_left_null_is_on_where_the_classes_average_a_thousand_training_texts(n_texts, n_classes, rdrop):
+    """trainer.rdrop left null is decided from how many training texts each class has, whatever their length, and
+    the reason says so; a value given stays."""
+    settings = settings_for("data=own", "data.path=/somewhere")
+    for lengths in ([20] * n_texts, [LONG_TEXT] * n_texts):
+        resolved = resolve.resolve(settings, None, lengths, n_classes)
+        assert resolved.settings.trainer.rdrop == rdrop
+        assert resolved.decisions["trainer.rdrop"].why == (
+            f"{n_texts:,} training texts in {n_classes} classes, {n_texts / n_classes:,.0f} a class, "
+            f"{'at least' if rdrop else 'fewer than'} 1,000")
+    given = resolve.resolve(settings_for("data=own", "data.path=/somewhere", "trainer.rdrop=0.5"), None,
+                            [20] * n_texts, n_classes)
+    assert given.settings.trainer.rdrop == 0.5 and "trainer.rdrop" not in given.decisions
+
+
+def test_a_run_saved_before_r_drop_continues_without_it():
+    """A run whose config.yaml has no trainer.rdrop trained with one pass per batch: continued by a command that
+    leaves it null, it keeps one pass, although its classes would now take R-Drop."""
+    settings = settings_for("data=own", "data.path=/somewhere")
+    saved = {k: values[0] for k, values in BY_TEXT_LENGTH.items()}  # no trainer.rdrop
+    continued = resolve.resolve(settings, None, [20] * 60000, 2, saved)
+    assert continued.settings.trainer.rdrop == 0.0
+    assert continued.decisions["trainer.rdrop"].why == resolve.CONTINUED
 
 
 @pytest.mark.parametrize("long_split", ["train", "validation"])
@@ -166,7 +203,7 @@ def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and
                                          r"model\.mlp_dropout, model\.bigram_buckets left null: "
                                          r"a setting that adapts"):
         ModelConfig(attention="efficient", vocab_size=50, n_classes=2, n_heads=2, pe=False, max_length=8, pad_id=0)
-    with pytest.raises(ValueError, match=r"trainer\.epochs left null: .*give it a value, or let "
+    with pytest.raises(ValueError, match=r"trainer\.epochs, trainer\.rdrop left null: .*give it a value, or let "
                                          r"resolve\.resolve decide it"):
         training.fit(torch.nn.Linear(1, 1), [], [], TrainerSettings(label_smoothing=0.0), torch.device("cpu"))
 

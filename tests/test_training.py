@@ -74,7 +74,7 @@ def plain_trainer(**overrides) -> TrainerSettings:
     those that adapt to a corpus at the values of short texts)."""
     short_texts = {k.removeprefix("trainer."): values[0] for k, values in BY_TEXT_LENGTH.items()
                    if k.startswith("trainer.")}
-    return TrainerSettings(**short_texts | {"schedule": "constant", "warmup_epochs": 0.0} | overrides)
+    return TrainerSettings(**short_texts | {"schedule": "constant", "warmup_epochs": 0.0, "rdrop": 0.0} | overrides)
 
 
 @pytest.mark.slow
@@ -818,3 +818,34 @@ def test_gradient_clipping_reaches_a_lazily_learnt_bigram_table():
             plain_trainer(epochs=1, lr=1e-2, weight_decay=0.0, grad_clip=clip), CPU)
         moved[clip] = (net.bigrams.weight.detach() - before).abs().max().item()
     assert moved[1e-12] < 1e-3 * moved[None]
+
+
+@pytest.mark.unit
+def test_r_drop_s_loss_is_the_two_passes_mean_cross_entropy_plus_its_weight_times_their_symmetric_kl():
+    g = torch.Generator().manual_seed(0)
+    first, second = torch.randn(6, 3, generator=g), torch.randn(6, 3, generator=g)
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    got = training.rdrop_loss(torch.nn.functional.cross_entropy(first, labels), first, second, labels, None,
+                              plain_trainer(rdrop=0.7))
+    p, q = first.softmax(-1), second.softmax(-1)
+    cross_entropy = [-(z.log_softmax(-1)[torch.arange(6), labels]).mean() for z in (first, second)]
+    kl = [(a * (a.log() - b.log())).sum(-1).mean() for a, b in ((p, q), (q, p))]
+    torch.testing.assert_close(got, sum(cross_entropy) / 2 + 0.7 * sum(kl) / 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rdrop", [0.0, 1.0])
+def test_r_drop_passes_each_training_batch_through_the_model_twice(rdrop):
+    """With trainer.rdrop each training batch goes through the model twice (validation once); without, once."""
+    ids, labels = toy_problem()
+    net, passes = model(token_dropout=0.5), []
+    forward = net.forward
+
+    def counting(*args, **kwargs):
+        passes.append(net.training)
+        return forward(*args, **kwargs)
+
+    net.forward = counting
+    fit(net, make_loader(ids, labels, 8, 0), make_loader(ids, labels, 16, 0), plain_trainer(epochs=1, rdrop=rdrop),
+        CPU)
+    assert passes.count(True) == (2 if rdrop else 1) * 8 and passes.count(False) == 4

@@ -1,12 +1,13 @@
 """Settings → resolved settings: every setting a run left null that adapts to its corpus (settings.ADAPTIVE) is
 decided once, from the training texts, with its reason. The model and the training see only resolved settings.
 
-Two rules, in the order a run can apply them:
+Three rules, in the order a run can apply them:
 - the vocabulary size (tokenizer.vocab_size), from the words and characters of the training texts, before there is
   a tokenizer (`vocabulary`);
 - the settings of long texts (`by_length` in the schema: settings.BY_TEXT_LENGTH), from how many tokens the training
   texts have with that tokenizer, the epochs also from how many texts each class has (`resolve`, which also collects
-  the first decision).
+  the first decision);
+- R-Drop (trainer.rdrop), from how many texts each class has (`by_class_size`).
 
 A run that continues (in place or with resume=) keeps what it decided when it started, as its last.pt records it.
 """
@@ -27,6 +28,8 @@ from mha_textclf.settings import (
     CLASS_VIEWS,
     LONG_TEXT,
     MIN_EPOCHS,
+    RDROP,
+    RDROP_CLASS_SIZE,
     TokenizerSettings,
     TrainSettings,
     flat,
@@ -98,6 +101,16 @@ def by_text_length(train_lengths: Sequence[int], n_classes: int) -> dict[str, De
     return decided
 
 
+def by_class_size(n_texts: int, n_classes: int) -> Decision:
+    """trainer.rdrop for a corpus of `n_texts` training texts in `n_classes` classes: RDROP where they average
+    RDROP_CLASS_SIZE or more a class, else 0."""
+    per_class = n_texts / n_classes
+    large = per_class >= RDROP_CLASS_SIZE
+    return Decision(RDROP if large else 0.0,
+                    f"{n_texts:,} training texts in {n_classes} classes, {per_class:,.0f} a class, "
+                    f"{'at least' if large else 'fewer than'} {RDROP_CLASS_SIZE:,}")
+
+
 def resolve(settings: TrainSettings, vocabulary: Decision | None, train_lengths: Sequence[int], n_classes: int,
             saved: Mapping | None = None) -> Resolved:
     """`settings` with every adaptive setting left null decided: the vocabulary size as `vocabulary` decided it, the
@@ -110,6 +123,9 @@ def resolve(settings: TrainSettings, vocabulary: Decision | None, train_lengths:
         decisions |= {key: Decision((ADDED_SINCE | saved)[key], CONTINUED) for key in left}
     elif left:
         decisions |= {key: d for key, d in by_text_length(train_lengths, n_classes).items() if key in left}
+    if values["trainer.rdrop"] is None:
+        decisions["trainer.rdrop"] = (Decision((ADDED_SINCE | saved)["trainer.rdrop"], CONTINUED) if saved is not None
+                                      else by_class_size(len(train_lengths), n_classes))
     for key, d in decisions.items():
         log.info(f"{key}={show(d.value)} (null: {d.why})")
     resolved = with_values(settings, {key: d.value for key, d in decisions.items()})

@@ -291,6 +291,18 @@ def fit(
     return finish()
 
 
+def rdrop_loss(loss: torch.Tensor, logits: torch.Tensor, again: torch.Tensor, labels: torch.Tensor,
+               weights: torch.Tensor | None, config: TrainerSettings) -> torch.Tensor:
+    """R-Drop (Liang et al., 2021): the mean of the two passes' cross-entropies (`loss` is the first's) plus
+    config.rdrop times the symmetric KL divergence between their predictions, per text. Two views of a text that
+    must agree keep the model from leaning on any one subset of its tokens."""
+    other = F.cross_entropy(again, labels, weight=weights, label_smoothing=config.label_smoothing)
+    log_p, log_q = F.log_softmax(logits, dim=-1), F.log_softmax(again, dim=-1)  # (B, n_classes) each
+    kl = (F.kl_div(log_p, log_q, log_target=True, reduction="batchmean")  # KL(q || p)
+          + F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")) / 2  # KL(p || q)
+    return (loss + other) / 2 + config.rdrop * kl
+
+
 def clip_gradients(model: nn.Module, max_norm: float) -> None:
     """Scale every gradient so that their global norm is at most `max_norm`, as clip_grad_norm_ does, a sparse one
     (a lazily learnt bigram table's) included, whose norm clip_grad_norm_ cannot take."""
@@ -328,7 +340,11 @@ def _train_epoch(model, loader, optimizers, scheduler, config: TrainerSettings, 
         batch = _to(batch, device)
         with autocast(device, config.precision):
             logits = model(batch["input_ids"], batch["padding_mask"])
+            # R-Drop: a second pass draws other dropout (token dropout: another subset of each text).
+            again = model(batch["input_ids"], batch["padding_mask"]) if config.rdrop else None
         loss = F.cross_entropy(logits.float(), batch["labels"], weight=weights, label_smoothing=config.label_smoothing)
+        if again is not None:
+            loss = rdrop_loss(loss, logits.float(), again.float(), batch["labels"], weights, config)
         optimizer.zero_grad(set_to_none=True)
         if table_optimizer is not None:
             table_optimizer.zero_grad(set_to_none=True)
