@@ -19,7 +19,7 @@ from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
 from mha_textclf.pipeline import build_model, prepare
 from mha_textclf.settings import TrainerSettings, TrainSettings
-from mha_textclf.training import make_optimizer, rdrop_loss, seed_everything
+from mha_textclf.training import make_optimizer, seed_everything, symmetric_kl
 
 STEPS, WARMUP = 8, 2
 
@@ -32,7 +32,8 @@ def step(model: TextClassifier, optimizers: tuple, batch: dict, trainer: Trainer
     loss = F.cross_entropy(logits, batch["labels"], label_smoothing=trainer.label_smoothing)
     if trainer.rdrop:
         again = model(batch["input_ids"], batch["padding_mask"])
-        loss = rdrop_loss(loss, logits, again, batch["labels"], None, trainer)
+        loss = (loss + F.cross_entropy(again, batch["labels"], label_smoothing=trainer.label_smoothing)) / 2
+        loss = loss + trainer.rdrop * symmetric_kl(logits, again)
     for optimizer in optimizers:
         optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -59,7 +60,8 @@ def profile_steps(settings: TrainSettings) -> int:
     settings, corpus, tokenizer, loader = (prepared.settings, prepared.corpus, prepared.tokenizer,
                                            prepared.loaders["train"])
     batches = [batch for _, batch in zip(range(STEPS + WARMUP), loader, strict=False)]
-    print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, bigram buckets "
+    print(f"{settings.model.attention}, pe={settings.pe}, cls_only={settings.model.cls_only}, "
+          f"R-Drop {settings.trainer.rdrop:g}, bigram buckets "
           f"{settings.model.bigram_buckets}, token dropout "
           f"{settings.model.token_dropout}, batch {settings.trainer.batch_size}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}\n")

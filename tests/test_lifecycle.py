@@ -699,9 +699,10 @@ def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("table", [[], ["model.bigram_buckets=4096"]], ids=["plain", "lazy-bigram-table"])
+@pytest.mark.parametrize("table", [[], ["model.bigram_buckets=4096", "trainer.rdrop=1"]],
+                         ids=["plain", "lazy-bigram-table-and-r-drop"])
 def test_sigint_then_resume_equals_the_uninterrupted_run(table, data_dir, tmp_path, monkeypatch):
-    """(With a bigram table too, whose lazy Adam's state last.pt carries beside AdamW's.)"""
+    """(With a bigram table too, whose lazy Adam's state last.pt carries beside AdamW's, and R-Drop's two passes.)"""
     full, part, resumed = tmp_path / "full", tmp_path / "part", tmp_path / "resumed"
     settings = [*RESUME_COMMON, *table]
     train_in_process(full, *settings, data_dir=data_dir)

@@ -126,6 +126,8 @@ def resolve(settings: TrainSettings, vocabulary: Decision | None, train_lengths:
     if values["trainer.rdrop"] is None:
         decisions["trainer.rdrop"] = (Decision((ADDED_SINCE | saved)["trainer.rdrop"], CONTINUED) if saved is not None
                                       else by_class_size(len(train_lengths), n_classes))
+    order = list(values)  # the vocabulary first, then the schema's order
+    decisions = dict(sorted(decisions.items(), key=lambda d: (d[0] != "tokenizer.vocab_size", order.index(d[0]))))
     for key, d in decisions.items():
         log.info(f"{key}={show(d.value)} (null: {d.why})")
     resolved = with_values(settings, {key: d.value for key, d in decisions.items()})

@@ -291,16 +291,13 @@ def fit(
     return finish()
 
 
-def rdrop_loss(loss: torch.Tensor, logits: torch.Tensor, again: torch.Tensor, labels: torch.Tensor,
-               weights: torch.Tensor | None, config: TrainerSettings) -> torch.Tensor:
-    """R-Drop (Liang et al., 2021): the mean of the two passes' cross-entropies (`loss` is the first's) plus
-    config.rdrop times the symmetric KL divergence between their predictions, per text. Two views of a text that
-    must agree keep the model from leaning on any one subset of its tokens."""
-    other = F.cross_entropy(again, labels, weight=weights, label_smoothing=config.label_smoothing)
+def symmetric_kl(logits: torch.Tensor, again: torch.Tensor) -> torch.Tensor:
+    """R-Drop's term (Liang et al., 2021): the KL divergence between two passes' predictions, both ways, halved, and
+    averaged over the texts. Two views of a text that must agree keep the model from leaning on any one subset of
+    its tokens."""
     log_p, log_q = F.log_softmax(logits, dim=-1), F.log_softmax(again, dim=-1)  # (B, n_classes) each
-    kl = (F.kl_div(log_p, log_q, log_target=True, reduction="batchmean")  # KL(q || p)
-          + F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")) / 2  # KL(p || q)
-    return (loss + other) / 2 + config.rdrop * kl
+    return (F.kl_div(log_p, log_q, log_target=True, reduction="batchmean")  # KL(q || p)
+            + F.kl_div(log_q, log_p, log_target=True, reduction="batchmean")) / 2  # KL(p || q)
 
 
 def clip_gradients(model: nn.Module, max_norm: float) -> None:
@@ -343,12 +340,17 @@ def _train_epoch(model, loader, optimizers, scheduler, config: TrainerSettings, 
             # R-Drop: a second pass draws other dropout (token dropout: another subset of each text).
             again = model(batch["input_ids"], batch["padding_mask"]) if config.rdrop else None
         loss = F.cross_entropy(logits.float(), batch["labels"], weight=weights, label_smoothing=config.label_smoothing)
+        objective = loss
         if again is not None:
-            loss = rdrop_loss(loss, logits.float(), again.float(), batch["labels"], weights, config)
+            # R-Drop minimises the two passes' mean cross-entropy (the training loss the run reports, as without it)
+            # plus config.rdrop times the divergence between their predictions.
+            loss = (loss + F.cross_entropy(again.float(), batch["labels"], weight=weights,
+                                           label_smoothing=config.label_smoothing)) / 2
+            objective = loss + config.rdrop * symmetric_kl(logits.float(), again.float())
         optimizer.zero_grad(set_to_none=True)
         if table_optimizer is not None:
             table_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         if config.grad_clip is not None:
             clip_gradients(model, config.grad_clip)
         step_lr = optimizer.param_groups[0]["lr"]
