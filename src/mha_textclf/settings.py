@@ -228,7 +228,7 @@ class TrainerSettings:
                                                   "plain); {null} (see trainer.epochs)", ge=0, lt=1,
                                             decides="training", by_length=(0.0, 0.1))
     rdrop: float | None = setting(None, "R-Drop (Liang et al., 2021): each batch goes through the model twice, with "
-                                        "other dropout draws, and the training loss is the mean of the two "
+                                        "other dropout draws, and training minimises the mean of the two "
                                         "cross-entropies plus this weight times their symmetric KL divergence; 0: "
                                         f"one pass; null: {RDROP:g} where the training texts average "
                                         f"{RDROP_CLASS_SIZE:,} or more a class, else 0 (resolved once, logged and "
