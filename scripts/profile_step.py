@@ -11,7 +11,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from mha_textclf import cli
@@ -19,7 +18,7 @@ from mha_textclf.errors import UserError
 from mha_textclf.model import TextClassifier
 from mha_textclf.pipeline import build_model, prepare
 from mha_textclf.settings import TrainerSettings, TrainSettings
-from mha_textclf.training import make_optimizer, seed_everything, symmetric_kl
+from mha_textclf.training import make_optimizer, seed_everything, training_objective
 
 STEPS, WARMUP = 8, 2
 
@@ -28,15 +27,10 @@ def step(model: TextClassifier, optimizers: tuple, batch: dict, trainer: Trainer
     """One training step, as training.fit takes it (without its schedule and bookkeeping): R-Drop's second pass
     where trainer.rdrop is on, AdamW's step, and lazy Adam's for a bigram table."""
     optimizers = [optimizer for optimizer in optimizers if optimizer is not None]
-    logits = model(batch["input_ids"], batch["padding_mask"])
-    loss = F.cross_entropy(logits, batch["labels"], label_smoothing=trainer.label_smoothing)
-    if trainer.rdrop:
-        again = model(batch["input_ids"], batch["padding_mask"])
-        loss = (loss + F.cross_entropy(again, batch["labels"], label_smoothing=trainer.label_smoothing)) / 2
-        loss = loss + trainer.rdrop * symmetric_kl(logits, again)
+    objective, _ = training_objective(model, batch, trainer, torch.device("cpu"))
     for optimizer in optimizers:
         optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    objective.backward()
     for optimizer in optimizers:
         optimizer.step()
 

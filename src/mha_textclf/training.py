@@ -291,6 +291,23 @@ def fit(
     return finish()
 
 
+def training_objective(model: nn.Module, batch: dict[str, torch.Tensor], config: TrainerSettings,
+                       device: torch.device, weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a training step minimises on `batch`, and the training loss the run reports: the cross-entropy (with
+    the class `weights` and label smoothing); with R-Drop, the two passes' mean cross-entropy, and the objective adds
+    config.rdrop times the divergence between their predictions (scripts/profile_step.py takes the same step)."""
+    with autocast(device, config.precision):
+        logits = model(batch["input_ids"], batch["padding_mask"])
+        # R-Drop: a second pass draws other dropout (token dropout: another subset of each text).
+        again = model(batch["input_ids"], batch["padding_mask"]) if config.rdrop else None
+    loss = F.cross_entropy(logits.float(), batch["labels"], weight=weights, label_smoothing=config.label_smoothing)
+    if again is None:
+        return loss, loss
+    loss = (loss + F.cross_entropy(again.float(), batch["labels"], weight=weights,
+                                   label_smoothing=config.label_smoothing)) / 2
+    return loss + config.rdrop * symmetric_kl(logits.float(), again.float()), loss
+
+
 def symmetric_kl(logits: torch.Tensor, again: torch.Tensor) -> torch.Tensor:
     """R-Drop's term (Liang et al., 2021): the KL divergence between two passes' predictions, both ways, halved, and
     averaged over the texts. Two views of a text that must agree keep the model from leaning on any one subset of
@@ -335,18 +352,7 @@ def _train_epoch(model, loader, optimizers, scheduler, config: TrainerSettings, 
     bar = tqdm(loader, desc=f"epoch {epoch}/{config.epochs}", leave=False, dynamic_ncols=True, disable=None)
     for step, batch in enumerate(bar, start=1):
         batch = _to(batch, device)
-        with autocast(device, config.precision):
-            logits = model(batch["input_ids"], batch["padding_mask"])
-            # R-Drop: a second pass draws other dropout (token dropout: another subset of each text).
-            again = model(batch["input_ids"], batch["padding_mask"]) if config.rdrop else None
-        loss = F.cross_entropy(logits.float(), batch["labels"], weight=weights, label_smoothing=config.label_smoothing)
-        objective = loss
-        if again is not None:
-            # R-Drop minimises the two passes' mean cross-entropy (the training loss the run reports, as without it)
-            # plus config.rdrop times the divergence between their predictions.
-            loss = (loss + F.cross_entropy(again.float(), batch["labels"], weight=weights,
-                                           label_smoothing=config.label_smoothing)) / 2
-            objective = loss + config.rdrop * symmetric_kl(logits.float(), again.float())
+        objective, loss = training_objective(model, batch, config, device, weights)
         optimizer.zero_grad(set_to_none=True)
         if table_optimizer is not None:
             table_optimizer.zero_grad(set_to_none=True)
