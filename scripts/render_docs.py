@@ -72,10 +72,12 @@ def bbc_defaults() -> str:
     s = cli.compose_settings("train", [])
     t, m = s.trainer, s.model
     attention = "the [CLS] query alone (cls_only)" if m.cls_only else "full attention over the visible tokens"
+    bigrams = (f"hashed bigrams in {m.bigram_buckets:,} buckets (learnt by lazy Adam)" if m.bigram_buckets
+               else "no hashed bigrams")
     return textwrap.fill(
         f"`model={m.attention}`, `pe={show(s.pe)}`: {t.epochs} epochs, batch {t.batch_size}, AdamW lr {show(t.lr)} "
         f"(weight decay {show(t.weight_decay)}) with a {show(t.warmup_epochs)}-epoch warm-up and {t.schedule} decay, "
-        f"{m.d_model} dimensions and {m.n_heads} heads, token dropout {show(m.token_dropout)}, `max_length` "
+        f"{m.d_model} dimensions and {m.n_heads} heads, token dropout {show(m.token_dropout)}, {bigrams}, `max_length` "
         f"{s.data.max_length}, {attention}, {'length-grouped' if s.data.group_by_length else 'shuffled'} batches, a "
         f"{s.tokenizer.vocab_size}-token WordPiece vocabulary, the {s.trainer.final_weights} epoch reported.",
         width=118, break_on_hyphens=False)

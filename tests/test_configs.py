@@ -58,10 +58,10 @@ def test_a_tuned_file_fixes_only_settings_that_adapt_for_its_own_data_config():
     others = flat(asdict(settings_for("data=own", "data.path=/somewhere")))
     assert all(others[k] is None for k in ADAPTIVE)
     # bbc-news keeps what it was tuned with: the values of short texts, though its articles are long; but not the
-    # bigrams and the dropout added since, which long texts do without, nor R-Drop.
+    # dropout added since, which long texts do without, nor R-Drop.
     bbc = flat(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "tuned" / "bbc_news.yaml")))
     added_since = {k: values[1] for k, values in BY_TEXT_LENGTH.items()
-                   if k in ("model.bigram_buckets", "model.embedding_dropout", "model.mlp_dropout")}
+                   if k in ("model.embedding_dropout", "model.mlp_dropout")}
     assert bbc == {k: values[0] for k, values in BY_TEXT_LENGTH.items()} | added_since | {"trainer.rdrop": 0.0}
 
 

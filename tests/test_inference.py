@@ -23,10 +23,11 @@ PROBES = ["how are you", "you how are"]
 
 @pytest.fixture(scope="module")
 def runs(smoke_run, data_dir, tmp_path_factory):
-    """Two tiny trained runs, without and with positional encoding (the session's shared run). Read only."""
+    """Two tiny trained runs: a bag of tokens (without positional encoding or bigrams), and the session's shared run
+    (with both). Read only."""
     without = tmp_path_factory.mktemp("run-pe-False")
-    train_in_process(without, "pe=false", "experiment=smoke", "trainer.epochs=1", "probes.attention=[]",
-                     data_dir=data_dir)
+    train_in_process(without, "pe=false", "model.bigram_buckets=0", "experiment=smoke", "trainer.epochs=1",
+                     "probes.attention=[]", data_dir=data_dir)
     return {False: without, True: smoke_run.dir}
 
 
@@ -137,11 +138,11 @@ def test_predict_answers_with_the_reported_model_not_best_pt(smoke_run, tmp_path
 
 
 @pytest.mark.slow
-def test_word_order_changes_probabilities_only_with_pe(runs):
+def test_word_order_changes_probabilities_only_with_pe_or_bigrams(runs):
     without, with_pe = (json.loads((runs[pe] / "order_probe.json").read_text()) for pe in (False, True))
     assert without["texts"] == with_pe["texts"] == PROBES
     assert without["max_abs_difference"] < 1e-6  # a bag of tokens: same up to float rounding
-    assert without["bigram_buckets"] == with_pe["bigram_buckets"] == 0  # bbc-news: no pairs either
+    assert without["bigram_buckets"] == 0 and with_pe["bigram_buckets"] == 1024  # the smoke run's table
     assert with_pe["max_abs_difference"] > 1e-5
     for pe, probe in ((False, without), (True, with_pe)):
         run = load_run(runs[pe])
@@ -165,8 +166,8 @@ def test_heatmaps_have_one_panel_per_head_plus_the_mean(smoke_run):
     # The reference: the model's own forward pass with every query, from the efficient variant's projections.
     ids = torch.as_tensor(encode(run.tokenizer, ["can you can that"], 512)[0], dtype=torch.long)[None]
     with torch.no_grad():
-        x = run.model.embedding(ids) * run.model.embedding_scale
-        x = run.model.positional(x)
+        x = run.model.embedding(ids) + run.model.bigrams(run.model.bigram_ids(ids))  # the smoke run has bigrams
+        x = run.model.positional(x * run.model.embedding_scale)
         P, nh = run.model.attention.projections(), run.model.config.n_heads
         q, k = ((x @ P[f"W_{n}"].T + P[f"b_{n}"]).view(1, 6, nh, -1).transpose(1, 2) for n in "qk")
         expected = (q @ k.transpose(-2, -1) / q.size(-1) ** 0.5).softmax(-1)[0].numpy()  # (nh, T, T)

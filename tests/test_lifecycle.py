@@ -436,7 +436,7 @@ def test_a_run_saved_before_a_setting_existed_had_the_value_that_adds_nothing(tm
     """A run folder whose config.yaml predates model.bigram_buckets: the same command finds its run (the run had no
     bigrams); asking for bigrams is other settings, refused before anything in the folder changes."""
     run_dir = tmp_path / "run"
-    settings = settings_for("experiment=smoke")
+    settings = settings_for("experiment=smoke", "model.bigram_buckets=0")
 
     def saved_before_bigrams():
         config = yaml.safe_load((run_dir / files.CONFIG).read_text())
@@ -699,7 +699,7 @@ def test_an_unreadable_last_pt_is_refused_with_its_path_and_the_way_to_start_afr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("table", [[], ["model.bigram_buckets=4096", "trainer.rdrop=1"]],
+@pytest.mark.parametrize("table", [["model.bigram_buckets=0"], ["model.bigram_buckets=4096", "trainer.rdrop=1"]],
                          ids=["plain", "lazy-bigram-table-and-r-drop"])
 def test_sigint_then_resume_equals_the_uninterrupted_run(table, data_dir, tmp_path, monkeypatch):
     """(With a bigram table too, whose lazy Adam's state last.pt carries beside AdamW's, and R-Drop's two passes.)"""
@@ -713,7 +713,7 @@ def test_sigint_then_resume_equals_the_uninterrupted_run(table, data_dir, tmp_pa
     assert [r["epoch"] for r in rows(part)] == ["1", "2"]
     state = load_training_state(part / "last.pt")
     assert state["epoch"] == 2 and len(state["history"]) == 2
-    assert (state["table_optimizer"] is not None) == bool(table)
+    assert (state["table_optimizer"] is not None) == (table != ["model.bigram_buckets=0"])
     assert metrics.interrupted_by == "SIGINT" and metrics.epochs == 2
     assert (part / "classification_report_test.txt").exists() and (part / "model.pt").exists()
 

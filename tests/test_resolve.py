@@ -170,7 +170,7 @@ def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_
     first; decided once, logged, written where the run is described; a value given (here trainer.epochs) wins."""
     run_dir = tmp_path / "run"
     command = ["experiment=smoke", "probes.attention=[]", f"data.max_length={max_length}", "model.d_model=null",
-               "model.token_dropout=null", "model.bigram_buckets=null", "model.embedding_dropout=null",
+               "model.token_dropout=null", "model.embedding_dropout=null",
                "model.mlp_dropout=null", "trainer.label_smoothing=null",
                "pe=null"]  # bbc-news' config fixes them
     caplog.set_level(logging.INFO)
@@ -200,7 +200,7 @@ def test_settings_left_null_take_the_values_of_long_or_short_texts_once_and_the_
 
 def test_a_model_or_a_training_asked_for_with_a_setting_left_null_says_which_and_what_to_do():
     with pytest.raises(ValueError, match=r"model\.d_model, model\.embedding_dropout, model\.token_dropout, "
-                                         r"model\.mlp_dropout, model\.bigram_buckets left null: "
+                                         r"model\.mlp_dropout left null: "
                                          r"a setting that adapts"):
         ModelConfig(attention="efficient", vocab_size=50, n_classes=2, n_heads=2, pe=False, max_length=8, pad_id=0)
     with pytest.raises(ValueError, match=r"trainer\.epochs, trainer\.rdrop left null: .*give it a value, or let "
