@@ -1,5 +1,7 @@
 """Checkpoints round-trip, refuse code, and are never left half-written."""
 
+from dataclasses import asdict
+
 import pytest
 import torch
 
@@ -208,3 +210,24 @@ def test_a_checkpoint_saved_before_bigrams_existed_loads_as_the_model_without_th
     with_bigrams = TextClassifier(ModelConfig(**before | {"bigram_buckets": 64}))
     checkpoint.save_checkpoint(tmp_path / "bigrams.pt", with_bigrams, list("abcde"))
     assert checkpoint.load_checkpoint(tmp_path / "bigrams.pt")[0].config.bigram_buckets == 64
+
+
+@pytest.mark.unit
+def test_a_pe_checkpoint_saved_before_the_gate_existed_loads_with_the_encoding_added_whole(tmp_path):
+    """model_config without pe_gate: the encoding was added whole, and the loaded model adds it so (no scale in its
+    weights); a gated model's scale is saved and loaded with the weights."""
+    torch.manual_seed(0)
+    whole = TextClassifier(ModelConfig(**asdict(build().config) | {"pe_gate": False}))
+    checkpoint.save_checkpoint(tmp_path / "model.pt", whole, list("abcde"))
+    saved = torch.load(tmp_path / "model.pt", weights_only=True)
+    before = {k: v for k, v in saved["model_config"].items() if k != "pe_gate"}
+    torch.save(saved | {"model_config": before}, tmp_path / "before.pt")
+    loaded, _ = checkpoint.load_checkpoint(tmp_path / "before.pt")
+    ids = torch.randint(5, 50, (3, 10))
+    assert loaded.config.pe_gate is False and loaded.positional.scale is None
+    torch.testing.assert_close(loaded(ids), whole.eval()(ids), atol=0, rtol=0)
+    gated = build()
+    with torch.no_grad():
+        gated.positional.scale.fill_(0.25)
+    checkpoint.save_checkpoint(tmp_path / "gated.pt", gated, list("abcde"))
+    assert checkpoint.load_checkpoint(tmp_path / "gated.pt")[0].positional.scale.item() == 0.25

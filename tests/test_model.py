@@ -13,9 +13,10 @@ from mha_textclf.settings import BY_TEXT_LENGTH
 CLS, SEP, PAD = 2, 3, 0
 
 
-# No dropout of any kind, no bigrams: the model the tests reason about unless they ask for more.
+# No dropout of any kind, no bigrams, the positional encoding added whole (the gate starts it at 0): the model the
+# tests reason about unless they ask for more.
 PLAIN = {"token_dropout": 0.0, "token_dropout_keep": 0, "embedding_dropout": 0.0, "mlp_dropout": 0.0,
-         "bigram_buckets": 0}
+         "bigram_buckets": 0, "pe_gate": False}
 
 def build(variant="efficient", pe=False, seed=0, **overrides):
     torch.manual_seed(seed)
@@ -58,6 +59,33 @@ def test_word_order_matters_only_with_positional_encoding(variant):
     torch.testing.assert_close(bag(shuffled, mask), bag(ids, mask), atol=1e-5, rtol=1e-5)
     ordered = build(variant, pe=True)
     assert not torch.allclose(ordered(shuffled, mask), ordered(ids, mask), atol=1e-4)
+
+
+@pytest.mark.unit
+def test_gated_positions_start_as_pe_false_and_training_moves_them_into_the_keys():
+    """model.pe_gate: the encoding enters the keys times a learned scale that starts at 0, so a new model computes
+    pe=false's function in every variant; one training step moves the scale (word order then changes the logits),
+    and at a scale of 1 the gated model is the model with the encoding added whole, weight for weight."""
+    ids, mask = batch([10, 7])
+    shuffled = ids.clone()
+    shuffled[0, 1:9] = ids[0, 1:9].flip(0)
+    for variant in VARIANTS:
+        gated, bag = build(variant, pe=True, pe_gate=True), build(variant, pe=False)
+        assert gated.positional.scale.item() == 0.0
+        torch.testing.assert_close(gated(ids, mask), bag(ids, mask), atol=0, rtol=0)
+    gated = build(pe=True, pe_gate=True).train()
+    optimizer = torch.optim.AdamW(gated.parameters(), lr=1e-2)
+    torch.nn.functional.cross_entropy(gated(ids, mask), torch.tensor([0, 1])).backward()
+    assert gated.positional.scale.grad.abs().item() > 0
+    optimizer.step()
+    gated.eval()
+    assert gated.positional.scale.item() != 0.0
+    assert not torch.allclose(gated(shuffled, mask), gated(ids, mask), atol=1e-6)
+    whole = build(pe=True)
+    with torch.no_grad():
+        gated.positional.scale.fill_(1.0)
+    whole.load_state_dict({k: v for k, v in gated.state_dict().items() if k != "positional.scale"})
+    torch.testing.assert_close(gated(shuffled, mask), whole(shuffled, mask), atol=0, rtol=0)
 
 
 @pytest.mark.unit
@@ -467,7 +495,7 @@ def test_the_three_variants_are_one_classifier_on_random_batches(batch_, pe, cls
         model = TextClassifier(ModelConfig(attention=variant, vocab_size=50, n_classes=3, d_model=16, n_heads=n_heads,
                                            mlp_hidden=8, pe=pe, max_length=20, pad_id=PAD, cls_only=cls_only,
                                            token_dropout=0.0, embedding_dropout=0.0, mlp_dropout=0.0,
-                                           bigram_buckets=bigram_buckets)).train(training)
+                                           bigram_buckets=bigram_buckets, pe_gate=False)).train(training)
         logits[variant] = model(ids, mask)
         logits[variant].logsumexp(-1).sum().backward()
         grads[variant] = {"embedding": model.embedding.weight.grad, "classifier": model.classifier[0].weight.grad}

@@ -14,14 +14,19 @@ from mha_textclf.settings import ModelConfig
 
 class SinusoidalPositionalEncoding(nn.Module):
     """PE[t, 2i] = sin(t / 10000^(2i/C)), PE[t, 2i+1] = cos(t / 10000^(2i/C)) (Vaswani et al., 2017), added to x
-    (the attention's queries and keys: see TextClassifier.forward_with_weights).
+    (the attention's queries and keys: see TextClassifier.forward_with_weights), times a learned scale when `gated`.
 
     Without it attention is permutation-invariant: a bag of tokens. Each position gets a unique pattern of
     sinusoids whose wavelengths range from 2π to 10000·2π, so relative offsets are linear functions of it.
     """
 
-    def __init__(self, max_length: int, d_model: int):
+    def __init__(self, max_length: int, d_model: int, gated: bool = False):
         super().__init__()
+        # Added whole, the encoding is as large as the word vectors, and every attention score carries a term of
+        # position that the model must learn to ignore where order does not matter (bbc-news: 1.3 test points below
+        # pe=false at 3 seeds, 2.0 on validation). A scale starting at 0 starts the model as pe=false, and training
+        # moves it as far as positions pay (on bbc-news, to 0.03-0.07).
+        self.scale = nn.Parameter(torch.zeros(())) if gated else None
         assert d_model % 2 == 0, f"sinusoidal positional encoding pairs dimensions as (sin, cos): d_model={d_model}"
         position = torch.arange(max_length, dtype=torch.float32)[:, None]  # (T, 1)
         inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
@@ -33,9 +38,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """x plus the encoding of each token's position: 0..T-1, or `positions` (B, T) when tokens were gathered."""
-        if positions is None:
-            return x + self.pe[: x.size(1)]  # (B, T, C) + (T, C)
-        return x + self.pe[positions]  # (B, T, C) + (B, T, C)
+        pe = self.pe[: x.size(1)] if positions is None else self.pe[positions]  # (T, C) or (B, T, C)
+        return x + (pe if self.scale is None else self.scale * pe)  # (B, T, C)
 
 
 def visible_tokens(input_ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -79,7 +83,7 @@ class TextClassifier(nn.Module):
             nn.init.normal_(self.bigrams.weight, std=C ** -0.5)
             with torch.no_grad():
                 self.bigrams.weight[0].zero_()
-        self.positional = SinusoidalPositionalEncoding(config.max_length, C) if config.pe else None
+        self.positional = SinusoidalPositionalEncoding(config.max_length, C, config.pe_gate) if config.pe else None
         self.attention = build_attention(config.attention, C, config.n_heads, bias=config.bias,
                                          dropout=config.dropout)
         self.embedding_dropout = nn.Dropout(config.embedding_dropout)

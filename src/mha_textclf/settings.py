@@ -114,7 +114,7 @@ RDROP_CLASS_SIZE = 1_000
 
 # Settings added since runs were first saved, with the value every run saved without them had: a continued run, or a
 # checkpoint, from before keeps computing what it computed.
-ADDED_SINCE = {"model.bigram_buckets": 0, "trainer.rdrop": 0.0}
+ADDED_SINCE = {"model.bigram_buckets": 0, "model.pe_gate": False, "trainer.rdrop": 0.0}
 
 
 @dataclass
@@ -146,6 +146,9 @@ class ModelSettings:
     bigram_buckets: int = setting(65536, "hashed bigram embeddings (fastText's n-gram features): each token adds the "
                                          "vector of its bigram with the token before it, one of this many hashed "
                                          "buckets; 0: none", ge=0, decides="model")
+    pe_gate: bool = setting(True, "with pe: the encoding enters the queries and keys times a learned scale that "
+                                  "starts at 0 (training decides how much position counts); false: added whole",
+                            decides="model")
     cls_only: bool = setting(False, "attend with the [CLS] query alone: O(T) instead of O(T²), the same logits and "
                                     "gradients while model.dropout is 0", decides="model")
 
