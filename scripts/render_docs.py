@@ -210,6 +210,13 @@ def module_map() -> str:
     return markdown_table(["module", "what it is"], rows)
 
 
+def sweep_time(name: str) -> str:
+    """How long the sweep recorded as docs/results/<name>.json took, by its own clock, and on what."""
+    recorded = json.loads((RESULTS / f"{name}.json").read_text())
+    return (f"All {recorded['runs']} runs took {recorded['sweep_seconds']:.0f} s, one after another, by the sweep's "
+            f"own clock (`sweep.json`; device: {', '.join(recorded['device'])}).")
+
+
 def result_table(name: str, table: str) -> str:
     """A table a sweep's summary computed, as docs/results/<name>.json recorded it."""
     recorded = json.loads((RESULTS / f"{name}.json").read_text())["tables"][table]
@@ -225,6 +232,8 @@ def renderers() -> dict[str, callable]:
               "rules:comparison": comparison_rules, "run-folder": run_folder, "metrics-json": metrics_keys,
               "modules": module_map}
     for path in sorted(RESULTS.glob("*.json")):
+        if json.loads(path.read_text()).get("sweep_seconds") is not None:
+            found[f"results:{path.stem}:time"] = lambda name=path.stem: sweep_time(name)
         for table in json.loads(path.read_text())["tables"]:
             found[f"results:{path.stem}:{table}"] = lambda name=path.stem, table=table: result_table(name, table)
     return found

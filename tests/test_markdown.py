@@ -11,7 +11,7 @@ from mha_textclf.sweeps.collect import groups_table, runs_table
 from mha_textclf.sweeps.compare import RULES
 from mha_textclf.sweeps.markdown import summary_markdown
 from mha_textclf.sweeps.plots import plot_memory
-from mha_textclf.sweeps.record import JobRecord
+from mha_textclf.sweeps.record import JobRecord, SweepRecord
 from mha_textclf.sweeps.summary import write_summary
 from sweep_fakes import edit_metrics, fake_run, md_table
 
@@ -146,6 +146,21 @@ def test_the_tables_the_docs_record_from_a_sweep_are_its_summary_s_own(tmp_path,
         rendered = render.result_table("a-sweep", table)
         shown = [line for line in text.split(heading, 1)[1].splitlines()[1:] if line.startswith("|") or not line]
         assert rendered.splitlines() == "\n".join(shown).strip().split("\n\n")[0].splitlines(), table
+
+
+def test_the_docs_give_a_recorded_sweep_s_own_wall_time_and_a_sweep_without_one_none(tmp_path, monkeypatch):
+    """The sweep's time in the docs is sweep.json's, as --results recorded it; a folder without sweep.json (runs
+    gathered by hand) gives no time to show."""
+    paired_sweep(tmp_path / "sweep")
+    render = load_script("render_docs", monkeypatch)
+    monkeypatch.setattr(render, "RESULTS", tmp_path / "results")
+    render.record_results("no-clock", tmp_path / "sweep")
+    assert "results:no-clock:time" not in render.renderers()
+    SweepRecord(launcher="BasicLauncher", started_at="a", ended_at="b", wall_seconds=237.6).write(tmp_path / "sweep")
+    render.record_results("a-sweep", tmp_path / "sweep")
+    runs = len(runs_table(tmp_path / "sweep"))
+    assert render.renderers()["results:a-sweep:time"]() == (
+        f"All {runs} runs took 238 s, one after another, by the sweep's own clock (`sweep.json`; device: cpu).")
 
 
 def test_each_dataset_gets_its_own_answer_with_its_own_runs_and_comparisons(tmp_path):
