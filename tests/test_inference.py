@@ -144,6 +144,8 @@ def test_word_order_changes_probabilities_only_with_pe_or_bigrams(runs):
     assert without["max_abs_difference"] < 1e-6  # a bag of tokens: same up to float rounding
     assert without["bigram_buckets"] == 0 and with_pe["bigram_buckets"] == 1024  # the smoke run's table
     assert with_pe["max_abs_difference"] > 1e-5
+    # Its positions reach the keys: training moved the gate off the 0 it starts at (model.pe_gate).
+    assert load_run(runs[True]).model.positional.scale.item() != 0
     for pe, probe in ((False, without), (True, with_pe)):
         run = load_run(runs[pe])
         # The reference: the model's own forward pass on each text alone, and the largest gap over the classes.

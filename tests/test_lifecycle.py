@@ -245,8 +245,9 @@ def test_the_same_run_may_differ_in_what_watches_it_and_a_refusal_names_every_di
 
 def test_a_refusal_gives_both_ways_out_another_folder_for_a_run_or_a_sweep_or_overwrite(tmp_path):
     """The same command on a folder holding other training settings is refused before anything in the folder
-    changes, naming each difference, with the ways out: another folder, as a run and as a sweep choose it
-    (hydra.run.dir=, hydra.sweep.dir=), or overwrite=true, which deletes the results."""
+    changes, naming each difference, with the ways out: the run's own values (a default may have moved), another
+    folder, as a run and as a sweep choose it (hydra.run.dir=, hydra.sweep.dir=), or overwrite=true, which deletes the
+    results."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     files.write_config(run_dir, settings_for(*COMMON))
@@ -254,7 +255,8 @@ def test_a_refusal_gives_both_ways_out_another_folder_for_a_run_or_a_sweep_or_ov
     with pytest.raises(RunFolderError) as refused, lifecycle.claim(run_dir, other, []):
         pytest.fail("claimed a folder holding other settings")
     ways_out = str(refused.value).split("nothing was changed. ", 1)[1]
-    assert ways_out == ("Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or "
+    assert ways_out == ("To continue it, give the run's value of each (a default may have moved since it was saved). "
+                        "Choose another folder (hydra.run.dir=<folder>, or hydra.sweep.dir=<folder> for a sweep), or "
                         "start afresh in this one with overwrite=true (its results are deleted).")
 
 
@@ -433,14 +435,16 @@ def test_a_folder_held_by_a_live_process_is_refused(data_dir, tmp_path):
 
 
 def test_a_run_saved_before_a_setting_existed_had_the_value_that_adds_nothing(tmp_path):
-    """A run folder whose config.yaml predates model.bigram_buckets: the same command finds its run (the run had no
-    bigrams); asking for bigrams is other settings, refused before anything in the folder changes."""
+    """A run folder whose config.yaml predates model.bigram_buckets (and model.pe_gate): the same command with the
+    value the run had (no bigrams; the gate, which a pe=false run does not use, at the default) finds its run; asking
+    for bigrams is other settings, refused before anything in the folder changes."""
     run_dir = tmp_path / "run"
     settings = settings_for("experiment=smoke", "model.bigram_buckets=0")
+    assert settings.pe is False and settings.model.pe_gate
 
     def saved_before_bigrams():
         config = yaml.safe_load((run_dir / files.CONFIG).read_text())
-        del config["model"]["bigram_buckets"]
+        del config["model"]["bigram_buckets"], config["model"]["pe_gate"]
         (run_dir / files.CONFIG).write_text(yaml.safe_dump(config))
 
     with lifecycle.claim(run_dir, settings, []):
@@ -454,6 +458,25 @@ def test_a_run_saved_before_a_setting_existed_had_the_value_that_adds_nothing(tm
             lifecycle.claim(run_dir, settings_for("experiment=smoke", "model.bigram_buckets=65536"), []):
         pytest.fail("a run without bigrams was continued with them")
     assert fingerprint(run_dir) == before
+
+
+def test_a_pe_run_saved_before_the_gate_existed_is_the_encoding_added_whole(tmp_path):
+    """model.pe_gate, added since: a pe=true run saved without it added the encoding whole, so the same command (now
+    gated) is other settings, refused naming the gate; with model.pe_gate=false it finds its run."""
+    run_dir = tmp_path / "run"
+    whole = settings_for("experiment=smoke", "pe=true", "model.pe_gate=false")
+    with lifecycle.claim(run_dir, whole, []):
+        pass
+    config = yaml.safe_load((run_dir / files.CONFIG).read_text())
+    del config["model"]["pe_gate"]
+    (run_dir / files.CONFIG).write_text(yaml.safe_dump(config))
+    before = fingerprint(run_dir)
+    with pytest.raises(RunFolderError, match=r"model\.pe_gate=false there, true now"), \
+            lifecycle.claim(run_dir, settings_for("experiment=smoke", "pe=true"), []):
+        pytest.fail("a run with the encoding added whole was continued gated")
+    assert fingerprint(run_dir) == before
+    with lifecycle.claim(run_dir, whole, []):
+        pass
 
 
 def test_status_json_names_the_attempt_pid_and_host_and_a_second_start_is_refused_naming_them(tmp_path):

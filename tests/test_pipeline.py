@@ -118,9 +118,9 @@ def test_single_run_writes_the_whole_contract(smoke_run, data_dir):
 @pytest.mark.slow
 def test_params_counts_every_learned_weight_of_the_reported_model_the_classifier_s_too(smoke_run):
     """RunMetrics' `params` is the number of learned parameters, written to metrics.json and repeated per run in
-    summary.csv. Counted afresh from model.pt's own tensors (its state dict holds the learned weights, and of the
-    buffers the bigram hash's random numbers alone, saved so that a loaded model hashes alike: the positional encoding
-    is left out), module by module, so that a count skipping one shows."""
+    summary.csv. Counted afresh from model.pt's own tensors (its state dict holds the learned weights, the positional
+    encoding's learned scale among them, and of the buffers the bigram hash's random numbers alone, saved so that a
+    loaded model hashes alike: the sinusoids are left out), module by module, so that a count skipping one shows."""
     state = torch.load(smoke_run.dir / "model.pt", weights_only=True)["state_dict"]
     assert state.pop("bigram_hash").shape == (2, smoke_run.metrics.vocab_size)  # the smoke run has a bigram table
     by_module = {}

@@ -529,7 +529,7 @@ def test_each_dropout_acts_where_its_setting_says(setting, where, elsewhere):
     torch.manual_seed(0)
     net = TextClassifier(ModelConfig(attention="efficient", vocab_size=50, n_classes=2, d_model=16, n_heads=2,
                                      mlp_hidden=16, pe=True, max_length=32, pad_id=0, token_dropout=0.0,
-                                     bigram_buckets=0,
+                                     bigram_buckets=0, pe_gate=False,  # the encoding whole, not gated to 0
                                      **{"embedding_dropout": 0.0, "mlp_dropout": 0.0} | {setting: 0.5})).train()
     inputs = {}
 

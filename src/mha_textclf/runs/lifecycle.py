@@ -67,8 +67,11 @@ def changed_settings(saved: dict, now: dict) -> list[str]:
     """The training settings (flattened keys) on which two runs disagree, in the sense of continuing one with the
     other: where things are, what is reported and a longer run with a constant learning rate do not count."""
     # A key only one side has is a setting added or removed since then: nothing the two runs can disagree on.
+    # How positions enter (model.pe_gate) means nothing to a run without them: a pe=false run saved before the gate
+    # existed is the same model now.
+    moot = {"model.pe_gate"} if saved.get("pe") is False and now.get("pe") is not True else set()
     changed = sorted(k for k in saved.keys() & now.keys()
-                     if saved[k] != now[k] and k not in CONTINUABLE
+                     if saved[k] != now[k] and k not in CONTINUABLE and k not in moot
                      and not (k in ADAPTIVE and now[k] is None))  # null: whatever the run decided
     if (now.get("trainer.epochs") not in (None, saved.get("trainer.epochs"))  # null: whatever the run decided
             and now.get("trainer.schedule") != "constant"):
@@ -141,7 +144,8 @@ def _plan(run_dir: Path, settings: TrainSettings, overrides: list[str], data: st
         if changed:
             raise RunFolderError(
                 f"{run_dir} holds a run with other training settings ({differences(saved, now, changed, 'there')}); "
-                f"nothing was changed. {WAYS_OUT}")
+                f"nothing was changed. To continue it, give the run's value of each (a default may have moved since "
+                f"it was saved). {WAYS_OUT}")
         # The data may move (data.path is not a training setting), but not change: continued on other texts, or
         # found finished, a run would report on data it did not train on. A run that trained nothing yet starts
         # afresh below, whatever it read; folders from before the check have no fingerprint.
