@@ -144,8 +144,9 @@ def test_word_order_changes_probabilities_only_with_pe_or_bigrams(runs):
     assert without["max_abs_difference"] < 1e-6  # a bag of tokens: same up to float rounding
     assert without["bigram_buckets"] == 0 and with_pe["bigram_buckets"] == 1024  # the smoke run's table
     assert with_pe["max_abs_difference"] > 1e-5
-    # Its positions reach the keys: training moved the gate off the 0 it starts at (model.pe_gate).
-    assert load_run(runs[True]).model.positional.scale.item() != 0
+    # Its positions reach the keys: training moved the gate off the 0 it starts at (model.pe_gate), as the probe says.
+    assert with_pe["pe_scale"] == load_run(runs[True]).model.positional.scale.item() != 0
+    assert without["pe_scale"] is None
     for pe, probe in ((False, without), (True, with_pe)):
         run = load_run(runs[pe])
         # The reference: the model's own forward pass on each text alone, and the largest gap over the classes.
@@ -357,6 +358,7 @@ def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monk
     monkeypatch.setattr(inference, "predict_proba", lambda model, tokenizer, texts: probabilities)
     model = torch.nn.Module()
     model.config = type("Config", (), {"pe": True, "bigram_buckets": 0})()
+    model.positional = None
     probe = inference.order_probe(model, None, ["neg", "pos"], ["a b c", "c b a", "b c a"])
     assert probe["max_abs_difference"] == pytest.approx(0.6)
     assert probe["probabilities"]["c b a"] == pytest.approx({"neg": 0.2, "pos": 0.8})
