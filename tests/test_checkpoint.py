@@ -194,15 +194,22 @@ def test_the_same_weights_make_the_same_file(tmp_path):
     assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
 
 
+def saved_before(model: TextClassifier, key: str, folder) -> dict:
+    """`model` saved as a checkpoint from before the model setting `key` existed (its config without the key), as
+    folder/before.pt; returns that config."""
+    checkpoint.save_checkpoint(folder / "model.pt", model, list("abcde"))
+    saved = torch.load(folder / "model.pt", weights_only=True)
+    before = {k: v for k, v in saved["model_config"].items() if k != key}
+    torch.save(saved | {"model_config": before}, folder / "before.pt")
+    return before
+
+
 @pytest.mark.unit
 def test_a_checkpoint_saved_before_bigrams_existed_loads_as_the_model_without_them(tmp_path):
     """model_config without bigram_buckets (saved before the setting was added): the same model, without bigrams,
     computing what it computed; a config that names a bigram table gets one."""
     model = build()
-    checkpoint.save_checkpoint(tmp_path / "model.pt", model, list("abcde"))
-    saved = torch.load(tmp_path / "model.pt", weights_only=True)
-    before = {k: v for k, v in saved["model_config"].items() if k != "bigram_buckets"}
-    torch.save(saved | {"model_config": before}, tmp_path / "before.pt")
+    before = saved_before(model, "bigram_buckets", tmp_path)
     loaded, _ = checkpoint.load_checkpoint(tmp_path / "before.pt")
     ids = torch.randint(5, 50, (3, 10))
     assert loaded.bigrams is None and loaded.config.bigram_buckets == 0
@@ -218,10 +225,7 @@ def test_a_pe_checkpoint_saved_before_the_gate_existed_loads_with_the_encoding_a
     weights); a gated model's scale is saved and loaded with the weights."""
     torch.manual_seed(0)
     whole = TextClassifier(ModelConfig(**asdict(build().config) | {"pe_gate": False}))
-    checkpoint.save_checkpoint(tmp_path / "model.pt", whole, list("abcde"))
-    saved = torch.load(tmp_path / "model.pt", weights_only=True)
-    before = {k: v for k, v in saved["model_config"].items() if k != "pe_gate"}
-    torch.save(saved | {"model_config": before}, tmp_path / "before.pt")
+    saved_before(whole, "pe_gate", tmp_path)
     loaded, _ = checkpoint.load_checkpoint(tmp_path / "before.pt")
     ids = torch.randint(5, 50, (3, 10))
     assert loaded.config.pe_gate is False and loaded.positional.scale is None
