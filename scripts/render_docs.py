@@ -232,9 +232,10 @@ def renderers() -> dict[str, callable]:
               "rules:comparison": comparison_rules, "run-folder": run_folder, "metrics-json": metrics_keys,
               "modules": module_map}
     for path in sorted(RESULTS.glob("*.json")):
-        if json.loads(path.read_text()).get("sweep_seconds") is not None:
+        recorded = json.loads(path.read_text())
+        if recorded.get("sweep_seconds") is not None:
             found[f"results:{path.stem}:time"] = lambda name=path.stem: sweep_time(name)
-        for table in json.loads(path.read_text())["tables"]:
+        for table in recorded["tables"]:
             found[f"results:{path.stem}:{table}"] = lambda name=path.stem, table=table: result_table(name, table)
     return found
 
