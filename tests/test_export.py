@@ -14,9 +14,10 @@ import torch
 from conftest import REPO, optional, run_split, settings_for, train_in_process
 from mha_textclf.data.batches import collate
 from mha_textclf.errors import UserError
-from mha_textclf.export import export_run, exportable, to_onnx
+from mha_textclf.export import export_run, exportable, model_card, to_onnx
 from mha_textclf.inference import load_run
 from mha_textclf.model import TextClassifier
+from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.serving import EXPORT_FORMAT, ExportedModel
 from mha_textclf.settings import ExportSettings
 from mha_textclf.tokenizer.encoding import encode
@@ -73,6 +74,16 @@ def test_the_export_holds_both_models_the_tokenizer_the_classes_and_a_model_card
     assert f"{metrics['test']['accuracy']:.4f}" in card and f"{metrics['val']['macro_f1']:.4f}" in card
     assert all(name in card for name in metrics["class_names"])
     assert f"{metrics['calibration']['test']['ece_calibrated']:.4f} with it" in card
+
+
+@pytest.mark.slow
+def test_the_model_card_gives_the_scale_training_learnt_for_positions(default_run):
+    """A reader of the card learns how much word order counts in the model (model.pe_gate), not just that pe is on."""
+    meta = json.loads((default_run / "export" / "export.json").read_text())
+    metrics = RunMetrics.read(default_run / "metrics.json")
+    assert meta["pe"] is False and meta["pe_scale"] is None
+    assert "0.042" in model_card(default_run, metrics, {**meta, "pe": True, "pe_scale": 0.0421})
+    assert "0.042" not in model_card(default_run, metrics, meta)
 
 
 @pytest.mark.slow

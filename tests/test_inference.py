@@ -358,7 +358,7 @@ def test_the_order_probe_gives_the_largest_difference_between_any_two_texts(monk
     monkeypatch.setattr(inference, "predict_proba", lambda model, tokenizer, texts: probabilities)
     model = torch.nn.Module()
     model.config = type("Config", (), {"pe": True, "bigram_buckets": 0})()
-    model.positional = None
+    model.position_scale = lambda: None
     probe = inference.order_probe(model, None, ["neg", "pos"], ["a b c", "c b a", "b c a"])
     assert probe["max_abs_difference"] == pytest.approx(0.6)
     assert probe["probabilities"]["c b a"] == pytest.approx({"neg": 0.2, "pos": 0.8})

@@ -117,7 +117,8 @@ def export_run(settings: ExportSettings) -> Path:
     calibration = metrics.calibration or {}
     meta = {"format": EXPORT_FORMAT, "class_names": class_names, "pad_id": model.config.pad_id,
             "max_length": model.config.max_length, "temperature": calibration.get("temperature"),
-            "model": model.config.attention, "pe": model.config.pe, "vocab_size": model.config.vocab_size,
+            "model": model.config.attention, "pe": model.config.pe, "pe_scale": model.position_scale(),
+            "vocab_size": model.config.vocab_size,
             "bigram_buckets": model.config.bigram_buckets,
             "run_dir": str(run_dir.resolve()), "opset": OPSET, "versions": library_versions()}
     files.write_text(out / MODEL_CARD, model_card(run_dir, metrics, meta))
@@ -186,7 +187,9 @@ def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
     calibration = (f"A temperature of {temperature:.3f}, fitted on the validation split, divides the logits before "
                    f"the softmax{measured}" if temperature else "None: the probabilities are the softmax of the "
                    "logits as trained, not calibrated.")
-    positions = " (+ sinusoidal positional encoding in the queries and keys)" if meta["pe"] else ""
+    scale = meta.get("pe_scale")
+    positions = ("" if not meta["pe"] else " (+ sinusoidal positional encoding in the queries and keys" + (
+        ")" if scale in (None, 1.0) else f", times the scale training learnt for it: {scale:.3f})"))
     bigrams = (f" + hashed bigram embeddings ({meta['bigram_buckets']:,} buckets)" if meta.get("bigram_buckets")
                else "")
     return f"""# Model card: {metrics.dataset} text classifier ({meta['model']}, pe={str(meta['pe']).lower()})

@@ -104,9 +104,7 @@ def order_probe(model: TextClassifier, tokenizer, class_names: list[str], texts:
     return {
         "texts": texts,
         "pe": model.config.pe,
-        # How strongly positions reach the keys: the learned scale (model.pe_gate), 1 for the encoding added whole.
-        "pe_scale": (None if model.positional is None else
-                     1.0 if model.positional.scale is None else float(model.positional.scale)),
+        "pe_scale": model.position_scale(),
         "bigram_buckets": model.config.bigram_buckets,
         "probabilities": {t: dict(zip(class_names, map(float, p), strict=True)) for t, p in zip(texts, probabilities,
                                                                                                   strict=True)},

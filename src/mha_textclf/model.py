@@ -170,5 +170,12 @@ class TextClassifier(nn.Module):
         ids = 1 + (left[previous] + right[input_ids]) % self.config.bigram_buckets  # (B, T)
         return ids.masked_fill((previous == pad) | (input_ids == pad), 0)
 
+    def position_scale(self) -> float | None:
+        """How strongly positions reach the queries and keys: the learned scale (model.pe_gate), 1 for the encoding
+        added whole, None without pe."""
+        if self.positional is None:
+            return None
+        return 1.0 if self.positional.scale is None else float(self.positional.scale)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
