@@ -189,7 +189,7 @@ def model_card(run_dir: Path, metrics: RunMetrics, meta: dict) -> str:
                    "logits as trained, not calibrated.")
     scale = meta.get("pe_scale")
     positions = ("" if not meta["pe"] else " (+ sinusoidal positional encoding in the queries and keys" + (
-        ")" if scale in (None, 1.0) else f", times the scale training learnt for it: {scale:.3f})"))
+        ")" if scale in (None, 1.0) else f", times the scale training learnt for it: {scale:.3g})"))
     bigrams = (f" + hashed bigram embeddings ({meta['bigram_buckets']:,} buckets)" if meta.get("bigram_buckets")
                else "")
     return f"""# Model card: {metrics.dataset} text classifier ({meta['model']}, pe={str(meta['pe']).lower()})
