@@ -82,8 +82,9 @@ def test_the_model_card_gives_the_scale_training_learnt_for_positions(default_ru
     meta = json.loads((default_run / "export" / "export.json").read_text())
     metrics = RunMetrics.read(default_run / "metrics.json")
     assert meta["pe"] is False and meta["pe_scale"] is None
-    assert "0.042" in model_card(default_run, metrics, {**meta, "pe": True, "pe_scale": 0.0421})
-    assert "0.042" not in model_card(default_run, metrics, meta)
+    # Three significant digits: the scales training learns are small (0.03-0.07 on bbc-news, less in short runs).
+    assert "0.000831" in model_card(default_run, metrics, {**meta, "pe": True, "pe_scale": 0.000831})
+    assert "0.000831" not in model_card(default_run, metrics, meta)
 
 
 @pytest.mark.slow
