@@ -139,7 +139,8 @@ def test_a_space_that_reaches_values_a_setting_refuses_stops_before_any_trial_na
                        "data.group_by_length": "choice(true, false)", "model": "choice(naive, efficient)",
                        "data.text_column": "choice([title, body], title)"}  # a choice of lists: checked, no crash
     monkeypatch.setattr("mha_textclf.search.study.train", lambda *a, **k: pytest.fail("a trial ran"))
-    monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: None)
+    shared = settings_for()  # composed before compose_settings is replaced
+    monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: shared)
     with pytest.raises(UserError) as info:
         search(settings, tmp_path / "study")
     assert str(info.value).splitlines() == [
@@ -271,6 +272,38 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path, monkeypa
     (tmp_path / "study" / "best.json").unlink()
     run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))
     assert len(calls) == 6 and json.loads((tmp_path / "study" / "best.json").read_text())["trials"] == {"complete": 6}
+
+
+def test_a_study_resumed_after_a_default_moved_is_refused_naming_what_moved(tmp_path, monkeypatch):
+    """The same command composes other settings once a default has moved: the trials to come would train other
+    models than the study's, so a resumed study is refused, as a run folder is. A trial's own params, and settings
+    that change nothing trained (where the data lies), may differ."""
+    from mha_textclf import cli
+    from mha_textclf.search import study as study_module
+    from mha_textclf.settings import flat, show
+
+    shared = flat(asdict(cli.compose_settings("train", [])))
+    settings = study_settings(tmp_path, n_trials=2, pruning=False)
+    calls = []
+    run_search = study_module.run_search
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), shared)
+    moved = shared | {"model.token_dropout": 0.5}
+    settings.n_trials = 4
+    then = f"model.token_dropout={show(shared['model.token_dropout'])} then, 0.5 now"
+    with pytest.raises(UserError, match=re.escape(f"shared settings composed to other values ({then}): a default")):
+        run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), moved)
+    assert len(calls) == 2  # refused before any trial
+    elsewhere = shared | {"trainer.lr": 0.1, "data.path": str(tmp_path / "moved"), "trainer.num_threads": 3}
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), elsewhere)
+    assert len(calls) == 4
+
+    # python -m search passes what its train=[...] composes to.
+    passed = []
+    monkeypatch.setattr(study_module, "run_search", lambda *args: passed.append(args[3]))
+    settings.train = ["trainer.epochs=3"]
+    study_module.search(settings, tmp_path / "other")
+    assert passed == [flat(asdict(cli.compose_settings("train", ["trainer.epochs=3"])))]
+    assert passed[0]["trainer.epochs"] == 3
 
 
 def test_a_failing_trial_does_not_end_the_study(tmp_path):
@@ -508,7 +541,8 @@ def test_each_trial_s_folder_holds_its_own_train_log(tmp_path, monkeypatch, capl
 
     settings = study_settings(tmp_path, n_trials=2, pruning=False)
     monkeypatch.setattr("mha_textclf.search.study.train", train_logging)
-    monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: None)  # (a second each, unused)
+    shared = settings_for()  # composed once, before compose_settings is replaced
+    monkeypatch.setattr("mha_textclf.cli.compose_settings", lambda app, overrides: shared)
     caplog.set_level(logging.INFO)
     study = search(settings, tmp_path / "study")
     for trial in study.trials:
@@ -524,6 +558,9 @@ def test_a_trial_that_breaks_a_rule_says_why_in_its_own_train_log(tmp_path, monk
     def refusing(app, overrides):
         if overrides:  # a trial's, not the shared settings' (none here)
             raise UserError(f"Invalid setting: {overrides[-1]} breaks a rule.")
+        return shared
+
+    shared = settings_for()  # composed before compose_settings is replaced
 
     settings = study_settings(tmp_path, n_trials=2, pruning=False)
     monkeypatch.setattr("mha_textclf.cli.compose_settings", refusing)

@@ -16,6 +16,7 @@ import shlex
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from mha_textclf import cli
@@ -24,9 +25,10 @@ from mha_textclf.errors import UserError
 from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
 from mha_textclf.runs import files
+from mha_textclf.runs.lifecycle import changed_settings, differences
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.search.space import _optuna, as_override, search_space, space_problems, suggest
-from mha_textclf.settings import SearchSettings, TrainSettings
+from mha_textclf.settings import SearchSettings, TrainSettings, flat
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +58,22 @@ class _QuietTrialErrors(logging.Filter):
         return not any(message.startswith(f"{trial} failed ") for trial in self.trials)
 
 
-def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[..., RunMetrics]):
+def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[..., RunMetrics],
+               shared: dict | None = None):
     """Run (or resume, or extend) the study until it has `n_trials` finished trials, together with any other worker
     on it; write best.json, trials.csv and the plots of the whole study into `study_dir`; return the study.
 
     `train_trial(overrides, run_dir, on_epoch_end)` trains one trial with `settings.train` plus the trial's
     overrides into `run_dir` and returns its metrics (python -m search passes pipeline.train on composed settings).
+    `shared`: the training settings (flat keys) that `settings.train` composes to, which every trial starts from; a
+    study resumed when they differ from its first start's is refused.
     """
     optuna = _optuna()
     space = search_space(settings.params)
     if not space:
         raise UserError("The search space is empty: give params (e.g. in configs/hparams_search/accuracy.yaml).")
     storage = settings.storage or str(study_dir / JOURNAL)
-    study = _open_study(settings, storage)
+    study = _open_study(settings, storage, shared)
     study_dir.mkdir(parents=True, exist_ok=True)
 
     def objective(trial) -> float:
@@ -129,9 +134,9 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
 JOURNAL = "optuna-journal.log"  # the default storage: a journal file in the study's folder
 
 
-def _open_study(settings: SearchSettings, storage_name: str):
+def _open_study(settings: SearchSettings, storage_name: str, shared: dict | None = None):
     """The study in its storage, created or loaded (by whichever worker comes first); a loaded one must have been
-    started with the same space."""
+    started with the same space, and its shared settings must still compose to the same values."""
     optuna = _optuna()
     from mha_textclf.search.workers import TrialSeededSampler, open_storage
 
@@ -153,7 +158,27 @@ def _open_study(settings: SearchSettings, storage_name: str):
     if study.user_attrs["space"] != space:
         raise UserError(f"The study {settings.study!r} in {storage_name} was started with another space or shared "
                         f"settings ({study.user_attrs['space']}); resume it with those, or name a new study=...")
+    if shared is not None:
+        _check_shared_settings(study, storage_name, settings, shared)
     return study
+
+
+def _check_shared_settings(study, storage_name: str, settings: SearchSettings, shared: dict) -> None:
+    """The same command composes other settings once a default has moved (a release, a config edited): the trials
+    still to come would train other models than those the study holds, and its best trial would compare them. So a
+    study records what its shared settings composed to, and is refused, as a run folder is, where they now differ
+    in anything the trials do not each set."""
+    if "shared_settings" not in study.user_attrs:  # a new study, or one started before the record
+        study.set_user_attr("shared_settings", shared)
+        return
+    saved = study.user_attrs["shared_settings"]
+    # A trial sets its own params; a config group among them (model) may set any key under it.
+    changed = [key for key in changed_settings(saved, shared)
+               if not any(key == param or key.startswith(f"{param}.") for param in settings.params)]
+    if changed:
+        raise UserError(f"The study {settings.study!r} in {storage_name} was started when its shared settings composed "
+                        f"to other values ({differences(saved, shared, changed, 'then')}): a default has moved "
+                        "since. Resume it with its values added to train=[...], or name a new study=...")
 
 
 def write_study_reports(study, study_dir: Path) -> None:
@@ -224,7 +249,7 @@ def search(settings: SearchSettings, study_dir: Path):
     """Run the study; each trial composes `settings.train` plus its sampled values as `python -m train` would, and
     reuses the data, tokenizer and encodings of this worker's earlier trials where its settings leave them as they
     were."""
-    cli.compose_settings("train", settings.train)  # the shared settings: every mistake now, not at the first trial
+    shared = cli.compose_settings("train", settings.train)  # the shared settings: every mistake now, not at a trial
     for key in settings.params:
         found = lookup(TrainSettings, key)
         if isinstance(found, str) and not (cli.CONFIG_DIR / key).is_dir():  # a config group (model) may vary too
@@ -248,4 +273,4 @@ def search(settings: SearchSettings, study_dir: Path):
             logging.getLogger().removeHandler(handler)
             handler.close()
 
-    return run_search(settings, study_dir, train_trial)
+    return run_search(settings, study_dir, train_trial, flat(asdict(shared)))
