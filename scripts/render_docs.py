@@ -142,11 +142,14 @@ def vocabulary_rule() -> str:
     from mha_textclf.tokenizer.wordpiece import ALPHABET_SHARE
 
     min_frequency = next(f.default for f in fields(TokenizerSettings) if f.name == "min_frequency")
-    return textwrap.fill(f"`tokenizer.vocab_size: null` gives a token to every word of the training texts that occurs "
-            f"`tokenizer.min_frequency` ({min_frequency}) times or more, and to every character (and its `##` form) "
-            f"that occurs as often or is among the most frequent that make up {AUTO_CHARACTER_COVERAGE:.1%} of all "
-            f"of theirs; with room for the characters to take no more than {ALPHABET_SHARE:.0%} of it, rounded up to "
-            f"hundreds, and at least {AUTO_VOCAB_FLOOR}.", width=118, break_on_hyphens=False)
+    return textwrap.fill(f"`tokenizer.vocab_size: null` sizes the vocabulary by counting: a token for each word of "
+            f"the training texts that occurs `tokenizer.min_frequency` ({min_frequency}) times or more, and for each "
+            f"character (and its `##` form) that occurs as often or is among the most frequent that make up "
+            f"{AUTO_CHARACTER_COVERAGE:.1%} of all of theirs; with room for the characters to take no more than "
+            f"{ALPHABET_SHARE:.0%} of it, rounded up to hundreds, and at least {AUTO_VOCAB_FLOOR}. WordPiece then "
+            f"spends that many tokens on the most frequent pieces first: the most frequent words become tokens of "
+            f"their own, and a word seen not much more than {min_frequency} times may stay split into pieces.",
+            width=118, break_on_hyphens=False)
 
 
 def comparison_rules() -> str:

@@ -59,7 +59,7 @@ def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_f
 
 
 def test_a_character_seen_exactly_min_frequency_times_is_in_the_alphabet_beyond_the_99_5_percent_coverage():
-    """The vocabulary holds a token for every word that occurs tokenizer.min_frequency times, and every character (and
+    """The vocabulary is sized for every word that occurs tokenizer.min_frequency times, and every character (and
     ## character) as frequent or among the most frequent that make up 99.5% of all: one CJK character 25,000 times
     covers 99.5% alone, and 50 others seen exactly min_frequency times (2 here) are as frequent, so they are in the
     alphabet too: 51 characters, room for them to take half, 2 × 51 -> 200. Seen once each, only the coverage holds

@@ -188,14 +188,16 @@ class DataSettings:
 @dataclass
 class TokenizerSettings:
     vocab_size: int | None = setting(None, "WordPiece vocabulary size, special tokens included; null: grows with "
-                                           "the corpus, every word and character that occurs min_frequency times "
-                                           "or more in the training texts, at least 1000 (resolved once, logged and "
+                                           "the corpus, as many tokens as words and characters that occur "
+                                           "min_frequency times or more in the training texts (WordPiece gives the "
+                                           "most frequent pieces tokens first, so a word near that count may stay "
+                                           "split), at least 1000 (resolved once, logged and "
                                            "written into config.yaml and metrics.json). When the training texts "
                                            "have more characters than fit, the most frequent take up to half of it "
                                            "and the others become [UNK] (a run warns when a split's [UNK] rate is "
                                            "high)", gt=0, decides="tokenizer", adapts=True)
     min_frequency: int = setting(20, "with vocab_size null: how often a word or character must occur in the training "
-                                     "texts to get a token of its own", gt=0, decides="tokenizer")
+                                     "texts to count towards the vocabulary's size", gt=0, decides="tokenizer")
     base: str | None = setting(None, "null: train WordPiece from scratch; a hub id or local folder: retrain that "
                                      "tokenizer's pipeline on the training texts", decides="tokenizer",
                                names_folder=False)

@@ -30,7 +30,7 @@ AUTO_CHARACTER_COVERAGE = 0.995
 def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[TokenizerSettings, str | None]:
     """The settings with tokenizer.vocab_size decided (unchanged when set), and why, for the log and metrics.json.
 
-    null means: a token for every word that occurs min_frequency times or more in the training texts (an embedding
+    null means: as many tokens as words that occur min_frequency times or more in the training texts (an embedding
     seen that often is learned; rarer words are better left to subwords), plus every character and `##` character
     that occurs as often (and at least the most frequent characters that make up 99.5% of all of theirs), with room
     for the characters to take no more than half the vocabulary (where each character is a word, as in Chinese, they
