@@ -293,6 +293,11 @@ def test_a_study_resumed_after_a_default_moved_is_refused_naming_what_moved(tmp_
     with pytest.raises(UserError, match=re.escape(f"shared settings composed to other values ({then}): a default")):
         run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), moved)
     assert len(calls) == 2  # refused before any trial
+    # A value that now adapts (null), and more epochs, are other trials too (where a continued run would accept them).
+    for key, value in (("model.d_model", None), ("trainer.epochs", 48)):
+        with pytest.raises(UserError, match=re.escape(f"{key}={show(shared[key])} then, {show(value)} now")):
+            run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), shared | {key: value})
+    assert len(calls) == 2
     elsewhere = shared | {"trainer.lr": 0.1, "data.path": str(tmp_path / "moved"), "trainer.num_threads": 3}
     run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), elsewhere)
     assert len(calls) == 4

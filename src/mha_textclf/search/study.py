@@ -25,10 +25,10 @@ from mha_textclf.errors import UserError
 from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
 from mha_textclf.runs import files
-from mha_textclf.runs.lifecycle import changed_settings, differences
+from mha_textclf.runs.lifecycle import differences
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.search.space import _optuna, as_override, search_space, space_problems, suggest
-from mha_textclf.settings import SearchSettings, TrainSettings, flat
+from mha_textclf.settings import NOT_TRAINING, SearchSettings, TrainSettings, flat
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +172,13 @@ def _check_shared_settings(study, storage_name: str, settings: SearchSettings, s
         study.set_user_attr("shared_settings", shared)
         return
     saved = study.user_attrs["shared_settings"]
-    # A trial sets its own params; a config group among them (model) may set any key under it.
-    changed = [key for key in changed_settings(saved, shared)
-               if not any(key == param or key.startswith(f"{param}.") for param in settings.params)]
+    # Unlike a continued run, a null that was a value (or the reverse) is another model here: each trial decides
+    # what null means afresh, and more epochs are other trials, not a longer one. The data may have moved (data.path),
+    # and what trains nothing may differ. A trial sets its own params; a config group among them (model) may set
+    # any key under it. A key only one side has is a setting added or removed since.
+    changed = sorted(key for key in saved.keys() & shared.keys()
+                     if saved[key] != shared[key] and key not in NOT_TRAINING and key != "data.path"
+                     and not any(key == param or key.startswith(f"{param}.") for param in settings.params))
     if changed:
         raise UserError(f"The study {settings.study!r} in {storage_name} was started when its shared settings composed "
                         f"to other values ({differences(saved, shared, changed, 'then')}): a default has moved "
