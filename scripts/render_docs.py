@@ -147,8 +147,8 @@ def vocabulary_rule() -> str:
             f"character (and its `##` form) that occurs as often or is among the most frequent that make up "
             f"{AUTO_CHARACTER_COVERAGE:.1%} of all of theirs; with room for the characters to take no more than "
             f"{ALPHABET_SHARE:.0%} of it, rounded up to hundreds, and at least {AUTO_VOCAB_FLOOR}. WordPiece then "
-            f"spends that many tokens on the most frequent pieces first: the most frequent words become tokens of "
-            f"their own, and a word seen not much more than {min_frequency} times may stay split into pieces.",
+            f"merges the most frequent pairs first, and the pieces along the way take tokens too: the most frequent "
+            f"words become tokens of their own, and many of those seen up to a few times {min_frequency} stay split.",
             width=118, break_on_hyphens=False)
 
 

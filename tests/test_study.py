@@ -275,40 +275,95 @@ def test_a_resumed_study_draws_new_trials_and_keeps_its_space(tmp_path, monkeypa
 
 
 def test_a_study_resumed_after_a_default_moved_is_refused_naming_what_moved(tmp_path, monkeypatch):
-    """The same command composes other settings once a default has moved: the trials to come would train other
-    models than the study's, so a resumed study is refused, as a run folder is. A trial's own params, and settings
-    that change nothing trained (where the data lies), may differ."""
+    """The same command composes other settings once a default has moved, or reads other texts at the same path: the
+    trials to come would train other models than the study's, so a resumed study is refused. Giving the old value in
+    train=[...] resumes it; a trial's own params, where the data lies and what trains nothing may differ."""
     from mha_textclf import cli
-    from mha_textclf.search import study as study_module
+    from mha_textclf.search.study import TrialBase, run_search
     from mha_textclf.settings import flat, show
 
-    shared = flat(asdict(cli.compose_settings("train", [])))
-    settings = study_settings(tmp_path, n_trials=2, pruning=False)
-    calls = []
-    run_search = study_module.run_search
-    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), shared)
-    moved = shared | {"model.token_dropout": 0.5}
-    settings.n_trials = 4
-    then = f"model.token_dropout={show(shared['model.token_dropout'])} then, 0.5 now"
-    with pytest.raises(UserError, match=re.escape(f"shared settings composed to other values ({then}): a default")):
-        run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), moved)
-    assert len(calls) == 2  # refused before any trial
-    # A value that now adapts (null), and more epochs, are other trials too (where a continued run would accept them).
-    for key, value in (("model.d_model", None), ("trainer.epochs", 48)):
-        with pytest.raises(UserError, match=re.escape(f"{key}={show(shared[key])} then, {show(value)} now")):
-            run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), shared | {key: value})
-    assert len(calls) == 2
-    elsewhere = shared | {"trainer.lr": 0.1, "data.path": str(tmp_path / "moved"), "trainer.num_threads": 3}
-    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), elsewhere)
-    assert len(calls) == 4
+    def resume(base):
+        return run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), base)
 
-    # python -m search passes what its train=[...] composes to.
+    shared = flat(asdict(cli.compose_settings("train", [])))
+    old = shared | {"model.token_dropout": 0.5}  # the default when the study started
+    settings, calls = study_settings(tmp_path, n_trials=2, pruning=False), []
+    resume(TrialBase(old, data="abc"))
+    settings.n_trials = 4
+    then = f"model.token_dropout=0.5 then, {show(shared['model.token_dropout'])} now"
+    with pytest.raises(UserError, match=re.escape(f"shared settings composed to other values ({then}): a default")):
+        resume(TrialBase(shared, data="abc"))
+    # Unlike a continued run: a value that now adapts (null), and another epoch count, are other trials too.
+    for key, value in (("model.d_model", None), ("trainer.epochs", 48)):
+        with pytest.raises(UserError, match=re.escape(f"{key}={show(old[key])} then, {show(value)} now")):
+            resume(TrialBase(old | {key: value}, data="abc"))
+    with pytest.raises(UserError, match=r"was started on other data: the files at data\.path="):
+        resume(TrialBase(old, data="other"))
+    assert len(calls) == 2  # each refused before any trial
+
+    # As the message says: the old value given outright composes to what the study started from, and it resumes.
+    settings.train = ["model.token_dropout=0.5"]
+    resume(TrialBase(flat(asdict(cli.compose_settings("train", settings.train))), data="abc"))
+    assert len(calls) == 4
+    settings.n_trials = 6  # the data moved, threads and the trial's own learning rate differ: the same trials
+    resume(TrialBase(old | {"trainer.lr": 0.1, "data.path": str(tmp_path / "moved"), "trainer.num_threads": 3},
+                     data=None))
+    assert len(calls) == 6
+
+
+def test_a_study_started_before_the_record_adopts_it_and_a_config_group_among_the_params_varies_its_keys(tmp_path):
+    """A study started before studies recorded what their trials start from takes this start's as its record (the
+    space still compared as written), and is held to it from then on. A config group among the params (model=) sets
+    its own keys in each trial: those may differ, and no other key of its group."""
+    from mha_textclf import cli
+    from mha_textclf.search.study import TrialBase, run_search, trial_base
+    from mha_textclf.settings import flat
+
+    settings, calls = study_settings(tmp_path, n_trials=2, pruning=False), []
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))  # no record, as before
+    shared = flat(asdict(cli.compose_settings("train", [])))
+    settings.n_trials = 3
+    run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), TrialBase(shared))
+    settings.n_trials = 4
+    with pytest.raises(UserError, match=r"\(model\.d_model=64 then, 96 now\)"):
+        run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls),
+                   TrialBase(shared | {"model.d_model": 96}))
+    assert len(calls) == 3
+    # A study recorded before a setting existed had the value that adds nothing (no bigram table, here).
+    settings.study, settings.n_trials = "older", 1
+    before_bigrams = {k: v for k, v in shared.items() if k != "model.bigram_buckets"}
+    run_search(settings, tmp_path / "older", fake_trainer(lambda o: [0.5], calls), TrialBase(before_bigrams))
+    settings.n_trials = 2
+    with pytest.raises(UserError, match=rf"\(model\.bigram_buckets=0 then, {shared['model.bigram_buckets']} now\)"):
+        run_search(settings, tmp_path / "older", fake_trainer(lambda o: [0.5], calls), TrialBase(shared))
+
+    settings.params = {"model": "choice(naive, efficient, torch)", "trainer.lr": "interval(1e-3, 1e-2)"}
+    base = trial_base(settings, cli.compose_settings("train", []))
+    assert base.varied == {"model.attention"} and base.data is not None  # bbc-news: a local folder
+    settings.study, settings.n_trials = "groups", 4
+    run_search(settings, tmp_path / "groups", fake_trainer(lambda o: [0.5], calls), base)
+    settings.n_trials = 5
+    run_search(settings, tmp_path / "groups", fake_trainer(lambda o: [0.5], calls),
+               TrialBase(base.settings | {"model.attention": "torch"}, base.varied, base.data))
+    with pytest.raises(UserError, match=r"model\.n_heads=8 then, 4 now"):
+        run_search(settings, tmp_path / "groups", fake_trainer(lambda o: [0.5], calls),
+                   TrialBase(base.settings | {"model.n_heads": 4}, base.varied, base.data))
+
+
+def test_python_m_search_starts_its_trials_from_what_its_train_overrides_compose_to(tmp_path, monkeypatch):
+    from mha_textclf import cli
+    from mha_textclf.data.corpus import source_fingerprint
+    from mha_textclf.search import study as study_module
+    from mha_textclf.settings import flat
+
     passed = []
     monkeypatch.setattr(study_module, "run_search", lambda *args: passed.append(args[3]))
+    settings = study_settings(tmp_path)
     settings.train = ["trainer.epochs=3"]
-    study_module.search(settings, tmp_path / "other")
-    assert passed == [flat(asdict(cli.compose_settings("train", ["trainer.epochs=3"])))]
-    assert passed[0]["trainer.epochs"] == 3
+    study_module.search(settings, tmp_path / "study")
+    composed = cli.compose_settings("train", ["trainer.epochs=3"])
+    assert passed[0].settings == flat(asdict(composed)) and passed[0].settings["trainer.epochs"] == 3
+    assert passed[0].data == source_fingerprint(composed.data.path) is not None and passed[0].varied == frozenset()
 
 
 def test_a_failing_trial_does_not_end_the_study(tmp_path):

@@ -28,7 +28,7 @@ def test_a_decided_vocabulary_size_is_cached_per_base_tokenizer(tmp_path):
         assert vocabulary.resolve_vocab_size(texts, shared)[0].vocab_size == decided[name], name
 
 
-def test_a_null_vocabulary_size_holds_every_word_and_character_that_occurs_min_frequency_times():
+def test_a_null_vocabulary_size_is_sized_by_every_word_and_character_that_occurs_min_frequency_times():
     """Reference counts written out: words w0..w249 (w, then digits) and CJK characters, which the BERT pre-tokenizer
     makes words of one character each."""
     words = [f"w{i}" for i in range(250)]

@@ -189,9 +189,9 @@ class DataSettings:
 class TokenizerSettings:
     vocab_size: int | None = setting(None, "WordPiece vocabulary size, special tokens included; null: grows with "
                                            "the corpus, as many tokens as words and characters that occur "
-                                           "min_frequency times or more in the training texts (WordPiece gives the "
-                                           "most frequent pieces tokens first, so a word near that count may stay "
-                                           "split), at least 1000 (resolved once, logged and "
+                                           "min_frequency times or more in the training texts (WordPiece merges the "
+                                           "most frequent pairs first, so many words seen up to a few times that "
+                                           "often stay split), at least 1000 (resolved once, logged and "
                                            "written into config.yaml and metrics.json). When the training texts "
                                            "have more characters than fit, the most frequent take up to half of it "
                                            "and the others become [UNK] (a run warns when a split's [UNK] rate is "

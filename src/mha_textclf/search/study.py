@@ -16,11 +16,12 @@ import shlex
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mha_textclf import cli
 from mha_textclf.checks import lookup
+from mha_textclf.data.corpus import source_fingerprint
 from mha_textclf.errors import UserError
 from mha_textclf.inputs import InputCache
 from mha_textclf.pipeline import train
@@ -28,7 +29,7 @@ from mha_textclf.runs import files
 from mha_textclf.runs.lifecycle import differences
 from mha_textclf.runs.metrics import RunMetrics
 from mha_textclf.search.space import _optuna, as_override, search_space, space_problems, suggest
-from mha_textclf.settings import NOT_TRAINING, SearchSettings, TrainSettings, flat
+from mha_textclf.settings import ADDED_SINCE, NOT_TRAINING, SearchSettings, TrainSettings, flat
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +60,21 @@ class _QuietTrialErrors(logging.Filter):
 
 
 def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[..., RunMetrics],
-               shared: dict | None = None):
+               base: TrialBase | None = None):
     """Run (or resume, or extend) the study until it has `n_trials` finished trials, together with any other worker
     on it; write best.json, trials.csv and the plots of the whole study into `study_dir`; return the study.
 
     `train_trial(overrides, run_dir, on_epoch_end)` trains one trial with `settings.train` plus the trial's
     overrides into `run_dir` and returns its metrics (python -m search passes pipeline.train on composed settings).
-    `shared`: the training settings (flat keys) that `settings.train` composes to, which every trial starts from; a
-    study resumed when they differ from its first start's is refused.
+    `base`: what every trial starts from (the settings `settings.train` composes to, the data); a study resumed when
+    it differs from its first start's is refused.
     """
     optuna = _optuna()
     space = search_space(settings.params)
     if not space:
         raise UserError("The search space is empty: give params (e.g. in configs/hparams_search/accuracy.yaml).")
     storage = settings.storage or str(study_dir / JOURNAL)
-    study = _open_study(settings, storage, shared)
+    study = _open_study(settings, storage, base)
     study_dir.mkdir(parents=True, exist_ok=True)
 
     def objective(trial) -> float:
@@ -134,9 +135,9 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
 JOURNAL = "optuna-journal.log"  # the default storage: a journal file in the study's folder
 
 
-def _open_study(settings: SearchSettings, storage_name: str, shared: dict | None = None):
+def _open_study(settings: SearchSettings, storage_name: str, base: TrialBase | None = None):
     """The study in its storage, created or loaded (by whichever worker comes first); a loaded one must have been
-    started with the same space, and its shared settings must still compose to the same values."""
+    started with the same space, and (`base`) its trials must still start from the same settings and data."""
     optuna = _optuna()
     from mha_textclf.search.workers import TrialSeededSampler, open_storage
 
@@ -153,36 +154,64 @@ def _open_study(settings: SearchSettings, storage_name: str, shared: dict | None
                         f"{str(e).splitlines()[0] if str(e) else ''}); give a file path for a journal file, or an "
                         "SQLAlchemy URL such as sqlite:///outputs/optuna.db.") from e
     space = {"train": list(settings.train), "params": dict(settings.params)}
+    recorded = base is not None and SHARED in study.user_attrs  # what this study's trials start from, known
     if "space" not in study.user_attrs:
-        study.set_user_attr("space", space)  # workers started together both set it: the same value
-    if study.user_attrs["space"] != space:
+        study.set_user_attr("space", space)
+    if base is not None and not recorded:  # a new study, or one started before the record
+        if study.get_trials(deepcopy=False):
+            log.info(f"study {settings.study}: recording what its trials start from now; its earlier trials are taken "
+                     "to have started from the same")
+        study.set_user_attr(SHARED, base.settings)
+        study.set_user_attr(DATA, base.data)
+    saved = study.user_attrs  # read back: of workers that start a study together, the last to write holds
+    # Once the composed settings are recorded, they are what must match: the shared overrides may then be written
+    # otherwise (a moved default's old value given outright), and only the space itself is compared as written.
+    if (saved["space"]["params"] != space["params"]) if recorded else (saved["space"] != space):
         raise UserError(f"The study {settings.study!r} in {storage_name} was started with another space or shared "
-                        f"settings ({study.user_attrs['space']}); resume it with those, or name a new study=...")
-    if shared is not None:
-        _check_shared_settings(study, storage_name, settings, shared)
+                        f"settings ({saved['space']}); resume it with those, or name a new study=...")
+    if base is not None:
+        _check_trial_base(saved, base, settings, storage_name)
     return study
 
 
-def _check_shared_settings(study, storage_name: str, settings: SearchSettings, shared: dict) -> None:
-    """The same command composes other settings once a default has moved (a release, a config edited): the trials
-    still to come would train other models than those the study holds, and its best trial would compare them. So a
-    study records what its shared settings composed to, and is refused, as a run folder is, where they now differ
-    in anything the trials do not each set."""
-    if "shared_settings" not in study.user_attrs:  # a new study, or one started before the record
-        study.set_user_attr("shared_settings", shared)
-        return
-    saved = study.user_attrs["shared_settings"]
-    # Unlike a continued run, a null that was a value (or the reverse) is another model here: each trial decides
-    # what null means afresh, and more epochs are other trials, not a longer one. The data may have moved (data.path),
-    # and what trains nothing may differ. A trial sets its own params; a config group among them (model) may set
-    # any key under it. A key only one side has is a setting added or removed since.
-    changed = sorted(key for key in saved.keys() & shared.keys()
-                     if saved[key] != shared[key] and key not in NOT_TRAINING and key != "data.path"
-                     and not any(key == param or key.startswith(f"{param}.") for param in settings.params))
+# The study's record of what its trials start from (user attributes).
+SHARED, DATA = "shared_settings", "data_fingerprint"
+
+
+@dataclass(frozen=True)
+class TrialBase:
+    """What every trial of a study starts from: the training settings its shared overrides compose to (flat keys),
+    those that a config group among the params sets otherwise for some option (a trial's own), and the fingerprint
+    of the data (None: a hub dataset, or unreadable)."""
+
+    settings: dict
+    varied: frozenset = frozenset()
+    data: str | None = None
+
+
+def _check_trial_base(saved: dict, base: TrialBase, settings: SearchSettings, storage_name: str) -> None:
+    """The same command composes other settings once a default has moved (a release, a config edited), and reads
+    other texts once its data path holds others: the trials to come would train other models than those the study
+    holds, and its best trial would compare them. Unlike a continued run, a null that was a value (or the reverse)
+    differs here, for each trial decides what null means afresh, and another epoch count gives other trials, not a
+    longer one."""
+    then = ADDED_SINCE | saved[SHARED]  # a setting added since: the study's trials had the value that adds nothing
+    now = base.settings
+    # Not compared: what trains nothing, where the data lies (its contents are, below), what each trial sets, and how
+    # positions would enter a model that has none.
+    trials_set = settings.params.keys() | base.varied
+    no_positions = then.get("pe") is False and now.get("pe") is False and "pe" not in trials_set
+    moot = {"model.pe_gate"} if no_positions else set()
+    changed = sorted(key for key in then.keys() & now.keys()
+                     if then[key] != now[key] and key not in NOT_TRAINING | trials_set | moot and key != "data.path")
     if changed:
         raise UserError(f"The study {settings.study!r} in {storage_name} was started when its shared settings composed "
-                        f"to other values ({differences(saved, shared, changed, 'then')}): a default has moved "
-                        "since. Resume it with its values added to train=[...], or name a new study=...")
+                        f"to other values ({differences(then, now, changed, 'then')}): a default has moved since. "
+                        "Resume it with those values given in train=[...], or name a new study=...")
+    if None not in (saved.get(DATA), base.data) and saved[DATA] != base.data:
+        raise UserError(f"The study {settings.study!r} in {storage_name} was started on other data: the files at "
+                        f"data.path={now.get('data.path')} differ from those its trials read. Point data.path at "
+                        "those, or name a new study=...")
 
 
 def write_study_reports(study, study_dir: Path) -> None:
@@ -277,4 +306,17 @@ def search(settings: SearchSettings, study_dir: Path):
             logging.getLogger().removeHandler(handler)
             handler.close()
 
-    return run_search(settings, study_dir, train_trial, flat(asdict(shared)))
+    return run_search(settings, study_dir, train_trial, trial_base(settings, shared))
+
+
+def trial_base(settings: SearchSettings, shared: TrainSettings) -> TrialBase:
+    """What the study's trials start from: `shared` (what settings.train composes to), the keys whose values a config
+    group among the params sets otherwise for one of its options, and the data's fingerprint."""
+    flat_shared, varied = flat(asdict(shared)), set()
+    for key, distribution in search_space(settings.params).items():
+        if (cli.CONFIG_DIR / key).is_dir():  # model=...: a config group, whose options may set several keys
+            train = [o for o in settings.train if o.split("=", 1)[0].lstrip("+~") != key]  # as a trial replaces it
+            for option in getattr(distribution, "choices", ()):
+                option_settings = flat(asdict(cli.compose_settings("train", [*train, f"{key}={option}"])))
+                varied |= {k for k, value in option_settings.items() if value != flat_shared.get(k)}
+    return TrialBase(flat_shared, frozenset(varied), source_fingerprint(shared.data.path))

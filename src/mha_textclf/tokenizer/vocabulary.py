@@ -1,5 +1,5 @@
-"""How large a vocabulary a corpus gets when tokenizer.vocab_size is left null: every word and character its training
-texts use often enough, decided once per corpus and cached beside the tokenizers."""
+"""How large a vocabulary a corpus gets when tokenizer.vocab_size is left null: counted from the words and characters
+its training texts use often enough, decided once per corpus and cached beside the tokenizers."""
 
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ AUTO_CHARACTER_COVERAGE = 0.995
 def resolve_vocab_size(texts: list[str], settings: TokenizerSettings) -> tuple[TokenizerSettings, str | None]:
     """The settings with tokenizer.vocab_size decided (unchanged when set), and why, for the log and metrics.json.
 
-    null means: as many tokens as words that occur min_frequency times or more in the training texts (an embedding
-    seen that often is learned; rarer words are better left to subwords), plus every character and `##` character
+    null means: as many tokens as words that occur min_frequency times or more in the training texts (about what
+    can be learnt; rarer words are better left to subwords), plus every character and `##` character
     that occurs as often (and at least the most frequent characters that make up 99.5% of all of theirs), with room
     for the characters to take no more than half the vocabulary (where each character is a word, as in Chinese, they
-    are the vocabulary), rounded up to hundreds, and at least AUTO_VOCAB_FLOOR. 20 Newsgroups (8,469 training
-    posts) gets 8,500 tokens, the Chinese reviews 5,100, tweets 1,000 (docs/own-data.md has the measurements).
+    are the vocabulary), rounded up to hundreds, and at least AUTO_VOCAB_FLOOR. WordPiece merges the most frequent
+    pairs first, and the pieces along the way take tokens too, so many counted words stay split. 20 Newsgroups
+    (8,469 training posts) gets 8,500 tokens, the Chinese reviews 5,100, tweets 1,000 (docs/own-data.md has the
+    measurements).
 
     Counting the words takes seconds on a large corpus (7 s on 20 Newsgroups), so the decision is cached beside the
     tokenizers, keyed like them by the texts and everything the rule reads: every seed and sweep job counts once."""
