@@ -291,7 +291,7 @@ def test_a_study_resumed_after_a_default_moved_is_refused_naming_what_moved(tmp_
     resume(TrialBase(old, data="abc"))
     settings.n_trials = 4
     then = f"model.token_dropout=0.5 then, {show(shared['model.token_dropout'])} now"
-    with pytest.raises(UserError, match=re.escape(f"shared settings composed to other values ({then}): a default")):
+    with pytest.raises(UserError, match=re.escape(f"shared settings composed to other values ({then}): a default has")):
         resume(TrialBase(shared, data="abc"))
     # Unlike a continued run: a value that now adapts (null), and another epoch count, are other trials too.
     for key, value in (("model.d_model", None), ("trainer.epochs", 48)):
@@ -299,6 +299,9 @@ def test_a_study_resumed_after_a_default_moved_is_refused_naming_what_moved(tmp_
             resume(TrialBase(old | {key: value}, data="abc"))
     with pytest.raises(UserError, match=r"was started on other data: the files at data\.path="):
         resume(TrialBase(old, data="other"))
+    # A hub dataset has no fingerprint: its name is compared instead.
+    with pytest.raises(UserError, match=re.escape(f"data.path={old['data.path']} then, ag_news now")):
+        resume(TrialBase(old | {"data.path": "ag_news"}, data=None))
     assert len(calls) == 2  # each refused before any trial
 
     # As the message says: the old value given outright composes to what the study started from, and it resumes.
@@ -307,7 +310,7 @@ def test_a_study_resumed_after_a_default_moved_is_refused_naming_what_moved(tmp_
     assert len(calls) == 4
     settings.n_trials = 6  # the data moved, threads and the trial's own learning rate differ: the same trials
     resume(TrialBase(old | {"trainer.lr": 0.1, "data.path": str(tmp_path / "moved"), "trainer.num_threads": 3},
-                     data=None))
+                     data="abc"))
     assert len(calls) == 6
 
 
@@ -322,7 +325,12 @@ def test_a_study_started_before_the_record_adopts_it_and_a_config_group_among_th
     settings, calls = study_settings(tmp_path, n_trials=2, pruning=False), []
     run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls))  # no record, as before
     shared = flat(asdict(cli.compose_settings("train", [])))
-    settings.n_trials = 3
+    settings.n_trials, settings.train = 3, ["trainer.epochs=3"]  # a start the record must not come from
+    for _ in range(2):
+        with pytest.raises(UserError, match="was started with another space or shared settings"):
+            run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls),
+                       TrialBase(shared | {"trainer.epochs": 3}))
+    settings.train = []
     run_search(settings, tmp_path / "study", fake_trainer(lambda o: [0.5], calls), TrialBase(shared))
     settings.n_trials = 4
     with pytest.raises(UserError, match=r"\(model\.d_model=64 then, 96 now\)"):

@@ -157,18 +157,19 @@ def _open_study(settings: SearchSettings, storage_name: str, base: TrialBase | N
     recorded = base is not None and SHARED in study.user_attrs  # what this study's trials start from, known
     if "space" not in study.user_attrs:
         study.set_user_attr("space", space)
-    if base is not None and not recorded:  # a new study, or one started before the record
-        if study.get_trials(deepcopy=False):
-            log.info(f"study {settings.study}: recording what its trials start from now; its earlier trials are taken "
-                     "to have started from the same")
-        study.set_user_attr(SHARED, base.settings)
-        study.set_user_attr(DATA, base.data)
     saved = study.user_attrs  # read back: of workers that start a study together, the last to write holds
     # Once the composed settings are recorded, they are what must match: the shared overrides may then be written
     # otherwise (a moved default's old value given outright), and only the space itself is compared as written.
     if (saved["space"]["params"] != space["params"]) if recorded else (saved["space"] != space):
         raise UserError(f"The study {settings.study!r} in {storage_name} was started with another space or shared "
                         f"settings ({saved['space']}); resume it with those, or name a new study=...")
+    if base is not None and not recorded:  # a new study, or one started before the record: this start's is it
+        if study.get_trials(deepcopy=False):
+            log.info(f"study {settings.study}: recording what its trials start from now; its earlier trials are taken "
+                     "to have started from the same")
+        study.set_user_attr(SHARED, base.settings)
+        study.set_user_attr(DATA, base.data)
+        saved = study.user_attrs
     if base is not None:
         _check_trial_base(saved, base, settings, storage_name)
     return study
@@ -197,18 +198,21 @@ def _check_trial_base(saved: dict, base: TrialBase, settings: SearchSettings, st
     longer one."""
     then = ADDED_SINCE | saved[SHARED]  # a setting added since: the study's trials had the value that adds nothing
     now = base.settings
-    # Not compared: what trains nothing, where the data lies (its contents are, below), what each trial sets, and how
-    # positions would enter a model that has none.
+    # Not compared: what trains nothing, what each trial sets, how positions would enter a model that has none, and
+    # where the data lies where its contents can be compared instead (below; a hub dataset is known by its name).
     trials_set = settings.params.keys() | base.varied
     no_positions = then.get("pe") is False and now.get("pe") is False and "pe" not in trials_set
     moot = {"model.pe_gate"} if no_positions else set()
+    fingerprinted = None not in (saved.get(DATA), base.data)
+    moot |= {"data.path"} if fingerprinted else set()
     changed = sorted(key for key in then.keys() & now.keys()
-                     if then[key] != now[key] and key not in NOT_TRAINING | trials_set | moot and key != "data.path")
+                     if then[key] != now[key] and key not in NOT_TRAINING | trials_set | moot)
     if changed:
         raise UserError(f"The study {settings.study!r} in {storage_name} was started when its shared settings composed "
-                        f"to other values ({differences(then, now, changed, 'then')}): a default has moved since. "
-                        "Resume it with those values given in train=[...], or name a new study=...")
-    if None not in (saved.get(DATA), base.data) and saved[DATA] != base.data:
+                        f"to other values ({differences(then, now, changed, 'then')}): a default has moved, or "
+                        "train=[...] says otherwise. Resume it with those values given in train=[...], or name a new "
+                        "study=...")
+    if fingerprinted and saved[DATA] != base.data:
         raise UserError(f"The study {settings.study!r} in {storage_name} was started on other data: the files at "
                         f"data.path={now.get('data.path')} differ from those its trials read. Point data.path at "
                         "those, or name a new study=...")
