@@ -79,7 +79,7 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
 
     def objective(trial) -> float:
         values = {key: suggest(trial, key, distribution) for key, distribution in space.items()}
-        shared = [o for o in settings.train if o.split("=", 1)[0].lstrip("+~") not in values]  # the trial's win
+        shared = without(settings.train, values)  # the trial's values win
         overrides = [*shared, *(as_override(k, v) for k, v in values.items())]
         pruned = []
 
@@ -130,6 +130,11 @@ def run_search(settings: SearchSettings, study_dir: Path, train_trial: Callable[
     fail_stale_trials(study)
     write_study_reports(study, study_dir)
     return study
+
+
+def without(overrides: list[str], keys) -> list[str]:
+    """The overrides that set none of `keys` (+key=, ~key= included)."""
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in keys]
 
 
 JOURNAL = "optuna-journal.log"  # the default storage: a journal file in the study's folder
@@ -319,7 +324,7 @@ def trial_base(settings: SearchSettings, shared: TrainSettings) -> TrialBase:
     flat_shared, varied = flat(asdict(shared)), set()
     for key, distribution in search_space(settings.params).items():
         if (cli.CONFIG_DIR / key).is_dir():  # model=...: a config group, whose options may set several keys
-            train = [o for o in settings.train if o.split("=", 1)[0].lstrip("+~") != key]  # as a trial replaces it
+            train = without(settings.train, {key})  # as a trial replaces it
             for option in getattr(distribution, "choices", ()):
                 option_settings = flat(asdict(cli.compose_settings("train", [*train, f"{key}={option}"])))
                 varied |= {k for k, value in option_settings.items() if value != flat_shared.get(k)}
