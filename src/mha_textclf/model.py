@@ -175,7 +175,7 @@ class TextClassifier(nn.Module):
         added whole, None without pe."""
         if self.positional is None:
             return None
-        return 1.0 if self.positional.scale is None else float(self.positional.scale)
+        return 1.0 if self.positional.scale is None else self.positional.scale.detach().item()
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
